@@ -1,0 +1,48 @@
+"""Checkpoint engine: a kernel namespace <-> a signed, content-addressed checkpoint.
+
+Pure library (no Jupyter imports; torch, numpy and safetensors only when they are in play)::
+
+    store = open_store()                 # local dir under the Jupyter data dir, or an fsspec URL
+    key = load_or_create_key()           # per-user HMAC key, 0600, outside the store
+    res = write(namespace, store, key=key, stream="analysis.ipynb", cache=WriteCache())
+    rr = read(store, key=key, stream="analysis.ipynb", device="auto")
+    namespace.update(rr.values)          # read() never touches a namespace itself
+"""
+
+from __future__ import annotations
+
+from .cache import WriteCache
+from .errors import (
+    CheckpointError,
+    IntegrityError,
+    KeyMismatchError,
+    NotFoundError,
+    StorageFullError,
+)
+from .keys import default_key_path, load_or_create_key
+from .manifest import Manifest, ReadResult, VariableReport, WriteResult
+from .reader import read
+from .store import Store, default_store_url, gc, open_store
+from .writer import retain, write
+
+__all__ = [
+    "CheckpointError",
+    "IntegrityError",
+    "KeyMismatchError",
+    "Manifest",
+    "NotFoundError",
+    "ReadResult",
+    "StorageFullError",
+    "Store",
+    "VariableReport",
+    "WriteCache",
+    "WriteResult",
+    "default_key_path",
+    "default_store_url",
+    "gc",
+    "load_or_create_key",
+    "open_store",
+    "read",
+    "retain",
+    "write",
+]

@@ -1,0 +1,128 @@
+"""The manifest (what a checkpoint holds, signed with HMAC-SHA256) and the result types."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .errors import IntegrityError, KeyMismatchError
+from .keys import key_id
+
+FORMAT = "jupyter-pause/checkpoint@1"
+
+
+@dataclass
+class Manifest:
+    """One checkpoint. ``blobs`` maps digest -> {size, kind}; groups and tensors point into it."""
+
+    id: str
+    stream: str
+    created: str
+    format: str = FORMAT
+    env: dict[str, Any] = field(default_factory=dict)
+    liveness: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    variables: list[dict[str, Any]] = field(default_factory=list)
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    blobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tensors: list[dict[str, Any]] = field(default_factory=list)
+    bytes_total: int = 0
+    key_id: str = ""
+    # Set by Store.list(): True when the HMAC was checked with a key, False when no key was given.
+    verified: bool = field(default=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        # shallow on purpose: asdict() deep-copies every nested list and dict
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "verified"}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Manifest:
+        names = {f.name for f in fields(cls)} - {"verified"}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def variable(self, name: str) -> dict[str, Any] | None:
+        return next((v for v in self.variables if v["name"] == name), None)
+
+
+def canonical(d: dict[str, Any]) -> bytes:
+    body = {k: v for k, v in d.items() if k != "hmac"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def sign(manifest: Manifest, key: bytes) -> bytes:
+    """The bytes of the manifest file: canonical JSON plus its HMAC."""
+    manifest.key_id = key_id(key)
+    d = manifest.to_dict()
+    mac = hmac.new(key, canonical(d), hashlib.sha256).hexdigest()
+    d["hmac"] = mac
+    return json.dumps(d, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def parse(raw: bytes, where: str) -> dict[str, Any]:
+    try:
+        d = json.loads(raw)
+    except (UnicodeDecodeError, ValueError):
+        raise IntegrityError(f"checkpoint manifest {where} is corrupt (not valid JSON)") from None
+    if not isinstance(d, dict) or not isinstance(d.get("hmac"), str):
+        raise IntegrityError(f"checkpoint manifest {where} is corrupt (no signature)")
+    if d.get("format") != FORMAT:
+        raise IntegrityError(f"checkpoint manifest {where} has unknown format {d.get('format')!r}")
+    return d
+
+
+def verify(raw: bytes, key: bytes, where: str) -> Manifest:
+    """Parse and authenticate manifest bytes; raise before anything is trusted."""
+    d = parse(raw, where)
+    mac = hmac.new(key, canonical(d), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(mac, d["hmac"]):
+        if d.get("key_id") != key_id(key):
+            raise KeyMismatchError(
+                f"checkpoint {d.get('id', where)} was written with another key (HMAC mismatch); "
+                "refusing to load it"
+            )
+        raise IntegrityError(
+            f"checkpoint {d.get('id', where)} failed authentication (manifest modified, HMAC "
+            "mismatch); refusing to load it"
+        )
+    try:
+        m = Manifest.from_dict(d)
+    except TypeError:
+        raise IntegrityError(f"checkpoint manifest {where} is malformed") from None
+    m.verified = True
+    return m
+
+
+@dataclass
+class VariableReport:
+    name: str
+    kind: str
+    size: int
+    status: str  # write: saved|skipped|stale ; read: restored|skipped|stale|failed
+    reason: str | None = None
+    cell: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class WriteResult:
+    manifest: Manifest
+    checkpoint_id: str
+    bytes_written: int
+    bytes_total: int
+    variables: list[VariableReport]
+    seconds: float = 0.0
+
+
+@dataclass
+class ReadResult:
+    values: dict[str, Any]
+    variables: list[VariableReport]
+    warnings: list[str]
+    manifest: Manifest
+    bytes_read: int = 0
+    seconds: float = 0.0

@@ -1,0 +1,288 @@
+"""Pickling one co-variable group: the C pickler first, dill only where it is needed.
+
+Both picklers share one ``reducer_override`` that
+- swaps torch storages for references into the checkpoint's safetensors packs (tensors never go
+  through pickle; torch's own tensor reduce rebuilds views on top, so views and shared storage
+  survive, as with ``torch.save``);
+- pickles modules by name (dill would pickle non-stdlib modules by value);
+- refuses objects that cannot be saved (generators, sockets, ...) with a clear reason, and objects
+  that would only "serialize" into a stale lie (locks, threads, open files, Popen) as stale;
+- in the C pickler, hands classes/functions defined in ``__main__`` (and lambdas/closures) to dill,
+  since the C pickler would store them by a name a fresh kernel does not have.
+Large contiguous buffers (numpy, pandas, pyarrow) leave the stream out of band (protocol 5).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import pickle
+import sys
+import threading
+import types
+from typing import Any
+
+OOB_MIN = 1 << 20  # buffers below this stay in the stream: a blob per tiny array costs more
+
+
+class SkipVariable(Exception):
+    status = "skipped"
+
+
+class StaleObject(SkipVariable):
+    status = "stale"
+
+
+class _NeedsDill(Exception):
+    pass
+
+
+# -- type classification ------------------------------------------------------------------------
+_PLAIN, _MODULE, _TENSOR, _STORAGE, _CODE, _STALE_KIND, _UNSER_KIND = range(7)
+_kind_cache: dict[type, tuple[int, str]] = {}
+
+
+def _stale_reasons() -> list[tuple[tuple[type, ...], str]]:
+    import io as _io
+    import subprocess
+
+    lock_types = (type(threading.Lock()), type(threading.RLock()))
+    out: list[tuple[tuple[type, ...], str]] = [
+        (lock_types, "holds a threading lock; a restored copy would be a new lock, not this one"),
+        ((threading.Thread,), "holds a thread; a restored copy would not be running"),
+        (
+            (threading.Condition, threading.Event, threading.Semaphore, threading.Barrier),
+            "holds a thread synchronization object; its state would not carry over",
+        ),
+        ((subprocess.Popen,), "holds a subprocess handle; the process does not come back"),
+    ]
+    try:
+        import _multiprocessing
+
+        out.append(((_multiprocessing.SemLock,), "holds a multiprocessing lock"))
+    except ImportError:
+        pass
+    out.append(((_io.IOBase,), "holds an open file or stream; a restored copy would not be it"))
+    return out
+
+
+def _unser_reasons() -> list[tuple[tuple[type, ...], str]]:
+    import asyncio
+    import concurrent.futures
+    import mmap
+    import socket
+    import sqlite3
+
+    out: list[tuple[tuple[type, ...], str]] = [
+        ((types.GeneratorType, types.AsyncGeneratorType), "a generator cannot be saved"),
+        ((types.CoroutineType,), "a coroutine cannot be saved"),
+        ((types.FrameType, types.TracebackType), "a frame/traceback cannot be saved"),
+        ((socket.socket,), "a socket cannot be saved"),
+        ((sqlite3.Connection, sqlite3.Cursor), "an sqlite3 connection/cursor cannot be saved"),
+        ((mmap.mmap,), "an mmap cannot be saved"),
+        ((concurrent.futures.Executor,), "a thread/process pool cannot be saved"),
+        ((asyncio.AbstractEventLoop,), "an event loop cannot be saved"),
+    ]
+    import hashlib
+
+    out.append(((type(hashlib.sha256()), type(hashlib.md5())), "a hashlib object cannot be saved"))
+    try:
+        import _queue
+
+        out.append(((_queue.SimpleQueue,), "holds a SimpleQueue (thread pool internals)"))
+    except ImportError:
+        pass
+    return out
+
+
+_STALE_LIST: list = []
+_UNSER_LIST: list = []
+_SAFE_IO: tuple[type, ...] = (io.BytesIO, io.StringIO)
+
+
+def _classify(t: type) -> tuple[int, str]:
+    if not _STALE_LIST:
+        _UNSER_LIST.extend(_unser_reasons())
+        _STALE_LIST.extend(_stale_reasons())
+    if issubclass(t, types.ModuleType):
+        return _MODULE, ""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if issubclass(t, torch.Tensor):
+            return _TENSOR, ""
+        if issubclass(t, (torch.storage.TypedStorage, torch.UntypedStorage)):
+            return _STORAGE, ""
+    if issubclass(t, type) or t is types.FunctionType:
+        return _CODE, ""
+    name = f"{t.__module__}.{t.__qualname__}"
+    for ts, reason in _UNSER_LIST:
+        if issubclass(t, ts):
+            return _UNSER_KIND, f"{name}: {reason}"
+    if issubclass(t, _SAFE_IO):
+        return _PLAIN, ""
+    for ts, reason in _STALE_LIST:
+        if issubclass(t, ts):
+            return _STALE_KIND, f"{name}: {reason}"
+    return _PLAIN, ""
+
+
+def _by_name(obj: Any) -> bool:
+    mod = getattr(obj, "__module__", None)
+    qual = getattr(obj, "__qualname__", "") or ""
+    return bool(mod) and mod != "__main__" and "<locals>" not in qual and "<lambda>" not in qual
+
+
+# -- restore helpers (referenced by name from the pickle streams) -------------------------------
+_load = threading.local()
+
+
+def _load_storage(idx: int, dtype: str | None) -> Any:
+    """Unpickling side of a storage reference: the storage restored by the reader."""
+    storage = _load.resolver(idx)
+    if dtype is None:
+        return storage
+    import torch
+
+    return torch.storage.TypedStorage(
+        wrap_storage=storage, dtype=getattr(torch, dtype), _internal=True
+    )
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+# -- the pickling context -----------------------------------------------------------------------
+class Ctx:
+    """What one pickling attempt collected: out-of-band buffers, storages, tensors seen."""
+
+    def __init__(self, oob_min: int = OOB_MIN) -> None:
+        self.oob_min = oob_min
+        self.buffers: list[memoryview] = []
+        self.storages: list[Any] = []  # UntypedStorage, in stream index order
+        self.storage_dtype: list[str] = []
+        self._sidx: dict[int, int] = {}
+        self.tensors: list[tuple[Any, int, int]] = []  # (tensor, _version, storage _cdata)
+
+    def buffer_callback(self, pb: pickle.PickleBuffer) -> bool:
+        try:
+            mv = pb.raw()
+        except BufferError:  # not contiguous: pickle copies it in band
+            return True
+        if mv.nbytes < self.oob_min:
+            return True
+        self.buffers.append(mv)
+        return False
+
+    def storage_ref(self, obj: Any) -> tuple:
+        torch = sys.modules["torch"]
+        if isinstance(obj, torch.storage.TypedStorage):
+            us, dtype = obj._untyped_storage, str(obj.dtype).replace("torch.", "")
+        else:
+            us, dtype = obj, None
+        key = us._cdata
+        idx = self._sidx.get(key)
+        if idx is None:
+            idx = self._sidx[key] = len(self.storages)
+            self.storages.append(us)
+            self.storage_dtype.append(dtype or "uint8")
+        return (_load_storage, (idx, dtype))
+
+
+def _override(self: Any, obj: Any, strict: bool) -> Any:
+    t = type(obj)
+    k = _kind_cache.get(t)
+    if k is None:
+        k = _kind_cache[t] = _classify(t)
+    kind = k[0]
+    if kind == _PLAIN:
+        return NotImplemented
+    if kind == _MODULE:
+        return (importlib.import_module, (obj.__name__,))
+    if kind == _TENSOR:
+        if obj.requires_grad and obj.grad_fn is not None:
+            # a non-leaf tensor cannot cross processes with its graph; keep its value
+            return (_identity, (obj.detach(),))
+        with contextlib.suppress(RuntimeError, NotImplementedError, TypeError):
+            # remembered for change detection; tensors without a storage have nothing to track
+            self.ctx.tensors.append((obj, obj._version, obj.untyped_storage()._cdata))
+        return NotImplemented
+    if kind == _STORAGE:
+        return self.ctx.storage_ref(obj)
+    if kind == _CODE:
+        if strict and not _by_name(obj):
+            raise _NeedsDill()
+        return NotImplemented
+    if kind == _UNSER_KIND:
+        raise SkipVariable(k[1])
+    raise StaleObject(k[1])
+
+
+class FastPickler(pickle.Pickler):
+    def __init__(self, file: Any, ctx: Ctx) -> None:
+        super().__init__(file, protocol=5, buffer_callback=ctx.buffer_callback)
+        self.ctx = ctx
+
+    def reducer_override(self, obj: Any) -> Any:
+        return _override(self, obj, True)
+
+
+_dill_pickler: type | None = None
+
+
+def _dill_class() -> type:
+    global _dill_pickler
+    if _dill_pickler is None:
+        import dill
+
+        class DillPickler(dill.Pickler):
+            def __init__(self, file: Any, ctx: Ctx) -> None:
+                super().__init__(file, protocol=5, buffer_callback=ctx.buffer_callback)
+                self.ctx = ctx
+
+            def reducer_override(self, obj: Any) -> Any:
+                return _override(self, obj, False)
+
+        _dill_pickler = DillPickler
+    return _dill_pickler
+
+
+def reason_of(e: BaseException) -> str:
+    if isinstance(e, SkipVariable):
+        return str(e.args[0]) if e.args else "cannot be saved"
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    text = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def dump_group(values: dict[str, Any], oob_min: int = OOB_MIN) -> tuple[bytes, str, Ctx]:
+    """Pickle ``values`` (name -> object) as one stream. Returns (stream, pickler name, ctx).
+
+    Raises SkipVariable/StaleObject with a reason, or the pickler's own exception.
+    """
+    ctx = Ctx(oob_min)
+    buf = io.BytesIO()
+    try:
+        FastPickler(buf, ctx).dump(values)
+        return buf.getvalue(), "pickle", ctx
+    except (SkipVariable, RecursionError):
+        raise
+    except Exception:  # noqa: BLE001, S110 - lambdas, closures, __main__ code: dill's job
+        pass
+    ctx = Ctx(oob_min)
+    buf = io.BytesIO()
+    _dill_class()(buf, ctx).dump(values)
+    return buf.getvalue(), "dill", ctx
+
+
+def load_group(stream: Any, pickler: str, buffers: list, resolver: Any) -> dict[str, Any]:
+    _load.resolver = resolver
+    try:
+        if pickler == "dill":
+            import dill
+
+            return dill.Unpickler(io.BytesIO(stream), buffers=buffers).load()
+        return pickle.Unpickler(io.BytesIO(stream), buffers=buffers).load()
+    finally:
+        _load.resolver = None

@@ -1,0 +1,245 @@
+"""read(): verify a checkpoint completely, then rebuild its values (never touching a namespace)."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import mmap
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from . import env as _env
+from . import tensors as _tensors
+from .errors import CheckpointError, IntegrityError
+from .manifest import ReadResult, VariableReport
+from .pickling import load_group, reason_of
+from .store import CHUNK, Store, _hasher, open_store
+
+MMAP_MIN = 1 << 20
+
+
+class _Verifier:
+    """Reads every needed blob once, hashing as it goes; nothing is unpickled until all pass."""
+
+    def __init__(self, store: Store, manifest: Any, progress: Callable | None, total: int) -> None:
+        self.store, self.m = store, manifest
+        self.progress, self.total = progress, total
+        self.done = 0
+        self.lock = threading.Lock()
+        self.data: dict[str, Any] = {}
+
+    def _tick(self, n: int) -> None:
+        with self.lock:
+            self.done += n
+
+    def _bad(self, digest: str, why: str) -> IntegrityError:
+        return IntegrityError(
+            f"checkpoint {self.m.id}: blob {digest[:12]} {why}; refusing to load it"
+        )
+
+    def verify(self, digest: str) -> None:
+        info = self.m.blobs.get(digest)
+        if info is None:
+            raise IntegrityError(f"checkpoint {self.m.id}: manifest references unknown blob")
+        size, kind = int(info["size"]), info.get("kind")
+        path = self.store.blob_path(digest)
+        h = _hasher()
+        try:
+            if not self.store.local:
+                data = self.store.fs.cat_file(path)
+                h.update(data)
+                self._tick(len(data))
+                n = len(data)
+                keep: Any = data
+            elif kind == "tensors":
+                # read sequentially into one reused buffer: fills the page cache for the mmap
+                # load that follows, without faulting in new memory
+                buf = bytearray(min(CHUNK, max(size, 1)))
+                mv = memoryview(buf)
+                n = 0
+                with open(path, "rb", buffering=0) as f:
+                    try:
+                        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+                    except (AttributeError, OSError):
+                        pass
+                    while True:
+                        r = f.readinto(mv)
+                        if not r:
+                            break
+                        h.update(mv[:r])
+                        n += r
+                        self._tick(r)
+                keep = path
+            elif size >= MMAP_MIN:
+                # private writable mapping: arrays restore zero-copy and stay writable
+                with open(path, "rb") as f:
+                    n = os.fstat(f.fileno()).st_size
+                    if n != size:
+                        raise self._bad(digest, f"has the wrong size ({n} != {size})")
+                    mm = mmap.mmap(
+                        f.fileno(), n, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
+                    )
+                try:
+                    mm.madvise(mmap.MADV_SEQUENTIAL)
+                except (AttributeError, OSError):
+                    pass
+                mv = memoryview(mm)
+                for i in range(0, n, CHUNK):
+                    h.update(mv[i : i + CHUNK])
+                    self._tick(min(CHUNK, n - i))
+                keep = mv
+            else:
+                with open(path, "rb") as f:
+                    data = f.read()
+                h.update(data)
+                n = len(data)
+                self._tick(n)
+                keep = data
+        except FileNotFoundError:
+            raise self._bad(digest, "is missing from the store") from None
+        except OSError as e:
+            raise CheckpointError(
+                f"checkpoint {self.m.id}: cannot read blob {digest[:12]}: {e.strerror or e}"
+            ) from None
+        if n != size:
+            raise self._bad(digest, f"has the wrong size ({n} != {size})")
+        if h.hexdigest() != digest:
+            raise self._bad(digest, "is corrupt (digest mismatch)")
+        self.data[digest] = keep
+
+    def run(self, digests: list[str]) -> None:
+        big = [d for d in digests if self.m.blobs.get(d, {}).get("size", 0) >= MMAP_MIN]
+        small = [d for d in digests if d not in set(big)]
+        for d in small:
+            self.verify(d)
+        if big:
+            with cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="jp-verify") as pool:
+                futs = {pool.submit(self.verify, d) for d in big}
+                pending = futs
+                while pending:
+                    done, pending = cf.wait(pending, timeout=0.1, return_when=cf.FIRST_EXCEPTION)
+                    for f in done:
+                        if f.exception() is not None:
+                            for p in pending:
+                                p.cancel()
+                            raise f.exception()
+                    self.report()
+        self.report()
+
+    def report(self) -> None:
+        if self.progress:
+            self.progress(min(self.done, self.total), self.total)
+
+
+def read(
+    store: Store | str | None,
+    *,
+    key: bytes,
+    stream: str = "default",
+    checkpoint_id: str | None = None,
+    device: str = "auto",
+    only: Iterable[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReadResult:
+    """Load a checkpoint (the newest of ``stream`` by default). Everything needed is verified
+    (manifest HMAC, every blob's digest) before anything is unpickled; the values come back in
+    ``values`` for the caller to merge."""
+    t0 = time.monotonic()
+    if not isinstance(store, Store):
+        store = open_store(store)
+    if device not in ("auto", "cpu") and not device.startswith("cuda"):
+        raise CheckpointError(f"unknown device policy {device!r} (use auto, cpu or cuda:N)")
+    m = store.load_manifest(key, stream, checkpoint_id)
+    want = None if only is None else list(dict.fromkeys(only))
+    wanted = set(want) if want is not None else None
+    chosen = [v for v in m.variables if wanted is None or v["name"] in wanted]
+    gids = sorted({v["group"] for v in chosen if v["status"] == "saved"})
+    groups = []
+    for gi in gids:
+        try:
+            groups.append((gi, m.groups[gi]))
+        except (IndexError, TypeError):
+            raise IntegrityError(f"checkpoint {m.id}: manifest is inconsistent") from None
+    digests: dict[str, None] = {}
+    for _, g in groups:
+        digests[g["stream"]["blob"]] = None
+        for b in g["buffers"]:
+            digests[b] = None
+        for ti in g["tensors"]:
+            digests[m.tensors[ti]["blob"]] = None
+    needs_torch = any(g["tensors"] for _, g in groups)
+    forced = _tensors.resolve_device(device) if needs_torch else None
+    total = sum(int(m.blobs.get(d, {}).get("size", 0)) for d in digests)
+    ver = _Verifier(store, m, progress, total)
+    ver.report()
+    ver.run(list(digests))  # raises before any unpickling
+
+    warnings = _env.mismatches(m.env, needs_torch)
+    mapped: dict[tuple[str, str], list[int]] = {}
+    storages: dict[int, Any] = {}
+    packs = _tensors.PackReader(
+        lambda d: (
+            _tensors.open_pack_local(ver.data[d])
+            if store.local
+            else _tensors.open_pack_bytes(ver.data[d])
+        )
+    )
+    values: dict[str, Any] = {}
+    failed: dict[str, str] = {}
+    try:
+        for _gi, g in groups:
+
+            def resolver(idx: int, g: dict = g) -> Any:
+                ti = g["tensors"][idx]
+                us = storages.get(ti)
+                if us is None:
+                    te = m.tensors[ti]
+                    dev = _tensors.target_device(te["device"], forced)
+                    if dev != te["device"]:
+                        mapped.setdefault((te["device"], dev), []).append(int(te["nbytes"]))
+                    us = storages[ti] = packs.storage(te, dev)
+                return us
+
+            s = g["stream"]
+            blob = ver.data[s["blob"]]
+            stream_mv = memoryview(blob)[s["offset"] : s["offset"] + s["length"]]
+            buffers = [ver.data[b] for b in g["buffers"]]
+            try:
+                got = load_group(stream_mv, g["pickler"], buffers, resolver)
+            except Exception as e:  # noqa: BLE001 - e.g. a module missing here
+                for n in g["names"]:
+                    failed[n] = reason_of(e)
+                continue
+            for n in g["names"]:
+                if wanted is None or n in wanted:
+                    values[n] = got[n]
+    finally:
+        packs.close()
+
+    for (src, dst), sizes in sorted(mapped.items()):
+        why = "no CUDA here" if forced is None else f"device={device}"
+        warnings.append(
+            f"{len(sizes)} tensor storage(s) ({sum(sizes) / 2**20:.1f} MiB) on {src} "
+            f"mapped to {dst}: {why}"
+        )
+    reports = []
+    for v in chosen:
+        n = v["name"]
+        if v["status"] == "saved":
+            st, reason = ("failed", failed[n]) if n in failed else ("restored", None)
+        else:
+            st, reason = v["status"], v.get("reason")
+        reports.append(VariableReport(n, v["kind"], v["size"], st, reason, v.get("cell")))
+    for n in want or ():
+        if m.variable(n) is None:
+            reports.append(VariableReport(n, "", 0, "failed", "not in this checkpoint", None))
+    return ReadResult(
+        values=values,
+        variables=reports,
+        warnings=warnings,
+        manifest=m,
+        bytes_read=total,
+        seconds=time.monotonic() - t0,
+    )

@@ -1,0 +1,165 @@
+"""Torch storages in safetensors packs: writing (zero-copy, hashed while written) and loading
+(mmap, mapped to a device by policy). torch is imported only when tensors are involved."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import struct
+import sys
+from typing import Any
+
+from .errors import CheckpointError
+
+# safetensors dtype names; anything else is stored as raw bytes (U8) with the real dtype in the
+# manifest, since pack entries are whole untyped storages anyway.
+_ST_DTYPES = {
+    "float64": ("F64", 8),
+    "float32": ("F32", 4),
+    "float16": ("F16", 2),
+    "bfloat16": ("BF16", 2),
+    "int64": ("I64", 8),
+    "int32": ("I32", 4),
+    "int16": ("I16", 2),
+    "int8": ("I8", 1),
+    "uint8": ("U8", 1),
+    "bool": ("BOOL", 1),
+    "uint16": ("U16", 2),
+    "uint32": ("U32", 4),
+    "uint64": ("U64", 8),
+    "float8_e4m3fn": ("F8_E4M3", 1),
+    "float8_e5m2": ("F8_E5M2", 1),
+}
+
+
+def record_device(storage: Any) -> str:
+    """The device recorded for a storage (tests replace this to forge e.g. cuda:0)."""
+    return str(storage.device)
+
+
+def storage_bytes(us: Any) -> memoryview:
+    """A zero-copy byte view of a CPU storage (kept alive by the caller)."""
+    n = us.nbytes()
+    if n == 0:
+        return memoryview(b"")
+    return memoryview((ctypes.c_ubyte * n).from_address(us.data_ptr())).cast("B")
+
+
+def pack_layout(entries: list[tuple[str, Any, str]]) -> tuple[bytes, list[Any]]:
+    """Header bytes and the storages in file order for a safetensors pack.
+
+    entries: (name, UntypedStorage, dtype name). Ordered by item size so every tensor stays
+    aligned to its own item size without padding (safetensors forbids gaps).
+    """
+    laid = []
+    for name, us, dtype in entries:
+        st, size = _ST_DTYPES.get(dtype, ("U8", 1))
+        if us.nbytes() % size:
+            st, size = "U8", 1
+        laid.append((size, name, us, st))
+    laid.sort(key=lambda e: -e[0])
+    header: dict[str, Any] = {"__metadata__": {"format": "jupyter-pause"}}
+    off = 0
+    for size, name, us, st in laid:
+        n = us.nbytes()
+        header[name] = {"dtype": st, "shape": [n // size], "data_offsets": [off, off + n]}
+        off += n
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw, [e[2] for e in laid]
+
+
+def pack_chunks(entries: list[tuple[str, Any, str]]):
+    """Yield the bytes of a pack: header, then each storage (copied to host only if on a device)."""
+    head, storages = pack_layout(entries)
+    yield head
+    for us in storages:
+        if us.device.type != "cpu":
+            us = us.cpu()
+        yield storage_bytes(us)
+
+
+def resolve_device(policy: str) -> str | None:
+    """Validate a device policy; returns None for 'auto'."""
+    if policy == "auto":
+        return None
+    if policy == "cpu":
+        return "cpu"
+    if policy.startswith("cuda"):
+        import torch
+
+        idx = int(policy.split(":", 1)[1]) if ":" in policy else 0
+        if not torch.cuda.is_available():
+            raise CheckpointError(f"device {policy} requested but CUDA is not available here")
+        if idx >= torch.cuda.device_count():
+            raise CheckpointError(
+                f"device {policy} requested but only {torch.cuda.device_count()} CUDA device(s) here"
+            )
+        return f"cuda:{idx}"
+    raise CheckpointError(f"unknown device policy {policy!r} (use auto, cpu or cuda:N)")
+
+
+def target_device(recorded: str, forced: str | None) -> str:
+    if forced is not None:
+        return forced
+    if recorded == "cpu" or recorded.startswith("meta"):
+        return recorded
+    torch = sys.modules.get("torch")
+    kind, _, idx = recorded.partition(":")
+    if (
+        kind == "cuda"
+        and torch is not None
+        and torch.cuda.is_available()
+        and int(idx or 0) < torch.cuda.device_count()
+    ):
+        return recorded
+    return "cpu"
+
+
+class PackReader:
+    """Loads storages out of verified packs; one safe_open per pack, kept while restoring."""
+
+    def __init__(self, open_pack) -> None:
+        self._open_pack = open_pack  # digest -> dict-like name -> tensor
+        self._packs: dict[str, Any] = {}
+
+    def storage(self, entry: dict[str, Any], device: str) -> Any:
+        digest = entry["blob"]
+        pack = self._packs.get(digest)
+        if pack is None:
+            pack = self._packs[digest] = self._open_pack(digest)
+        t = pack.get_tensor(entry["name"])
+        if device != "cpu":
+            t = t.to(device)
+        return t.untyped_storage()
+
+    def close(self) -> None:
+        for p in self._packs.values():
+            close = getattr(p, "__exit__", None)
+            if close:
+                with contextlib.suppress(Exception):  # closing a read-only handle
+                    close(None, None, None)
+        self._packs.clear()
+
+
+class _Dict:
+    def __init__(self, d: dict) -> None:
+        self.d = d
+
+    def get_tensor(self, name: str) -> Any:
+        return self.d[name]
+
+
+def open_pack_local(path: str) -> Any:
+    from safetensors import safe_open
+
+    f = safe_open(path, framework="pt", device="cpu")
+    f.__enter__()
+    return f
+
+
+def open_pack_bytes(data: bytes) -> Any:
+    from safetensors.torch import load
+
+    return _Dict(load(bytes(data)))

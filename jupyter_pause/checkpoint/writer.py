@@ -1,0 +1,477 @@
+"""write(): a namespace -> a checkpoint (blobs first, the signed manifest last)."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from . import env as _env
+from . import tensors as _tensors
+from .cache import WriteCache
+from .errors import CheckpointError
+from .graph import group_variables
+from .manifest import FORMAT, Manifest, VariableReport, WriteResult, sign
+from .pickling import SkipVariable, dump_group, reason_of
+from .store import Store, open_store
+
+log = logging.getLogger(__name__)
+
+BUNDLE_MAX = 1 << 20  # pickle streams below this share one blob (one file, one fsync)
+SHARD_MIN = 64 << 20  # below this, new tensors go into a single pack
+_IPYTHON_NAMES = re.compile(
+    r"^(_+|_i+|_i\d+|_\d+|_(dh|oh|ih|exit_code)|__\w+__|In|Out|get_ipython|exit|quit)$"
+)
+
+
+def new_checkpoint_id() -> str:
+    now = datetime.now(timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%S%fZ") + "-" + secrets.token_hex(3)
+
+
+def select_names(
+    namespace: Mapping[str, Any], include: Iterable[str] | None, exclude: Iterable[str] | None
+) -> list[str]:
+    if include is not None:
+        names = [n for n in dict.fromkeys(include) if n in namespace]
+    else:
+        names = [n for n in namespace if not _IPYTHON_NAMES.match(n)]
+    ex = set(exclude or ())
+    return [n for n in names if n not in ex]
+
+
+def _kind(v: Any) -> str:
+    t = type(v)
+    return t.__name__
+
+
+class _Run:
+    """State of one write: a 2-thread pool for blob writes, progress counters, manifest parts."""
+
+    def __init__(
+        self,
+        store: Store,
+        txn: Any,
+        cache: WriteCache | None,
+        progress: Callable[[int, int], None] | None,
+        estimate: int,
+    ) -> None:
+        self.store, self.txn, self.cache = store, txn, cache
+        self.pool = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="jp-ckpt")
+        self.futures: list[cf.Future] = []
+        self.progress = progress
+        self.done = 0
+        self.known = 0
+        self.estimate = estimate
+        self.lock = threading.Lock()
+        self.last_report = 0.0
+        self.blobs: dict[str, dict[str, Any]] = {}
+        self.new_chunks: dict[str, tuple[str, int]] = {}
+        self.exists: dict[str, bool] = {}
+
+    # progress ------------------------------------------------------------------------------
+    def add_done(self, n: int) -> None:
+        with self.lock:
+            self.done += n
+
+    def report(self, force: bool = False) -> None:
+        if not self.progress:
+            return
+        now = time.monotonic()
+        if not force and now - self.last_report < 0.1:
+            return
+        self.last_report = now
+        total = max(self.known, self.estimate, self.done)
+        self.progress(min(self.done, total), total)
+
+    # blobs ---------------------------------------------------------------------------------
+    def has(self, digest: str) -> bool:
+        ok = self.exists.get(digest)
+        if ok is None:
+            ok = self.exists[digest] = self.store.has_blob(digest)
+        return ok
+
+    def put(self, chunks: list, kind: str, size: int, cached: bool = True) -> cf.Future:
+        """Write a blob in the pool; the future gives its digest."""
+        self.known += size
+
+        def job() -> str:
+            x = None
+            if cached and self.cache is not None:
+                import xxhash
+
+                h = xxhash.xxh3_128()
+                for c in chunks:
+                    h.update(c)
+                x = h.hexdigest()
+                hit = self.cache.chunks.get(x)
+                if hit and hit[1] == size and self.has(hit[0]):
+                    self.new_chunks[x] = hit
+                    self.blobs[hit[0]] = {"size": size, "kind": kind}
+                    self.add_done(size)
+                    return hit[0]
+            digest, n = self.store.put_blob(self.txn, chunks, self.add_done)
+            self.exists[digest] = True
+            self.blobs[digest] = {"size": n, "kind": kind}
+            if x is not None:
+                self.new_chunks[x] = (digest, n)
+            return digest
+
+        f = self.pool.submit(job)
+        self.futures.append(f)
+        return f
+
+    def wait(self) -> None:
+        pending = set(self.futures)
+        while pending:
+            done, pending = cf.wait(pending, timeout=0.1, return_when=cf.FIRST_EXCEPTION)
+            for f in done:
+                f.result()  # raise the first failure
+            self.report()
+        self.report(force=True)
+
+    def shutdown(self) -> None:
+        for f in self.futures:
+            f.cancel()
+        self.pool.shutdown(wait=True)
+
+
+def write(
+    namespace: Mapping[str, Any],
+    store: Store | str | None,
+    *,
+    key: bytes,
+    stream: str = "default",
+    include: Iterable[str] | None = None,
+    exclude: Iterable[str] | None = None,
+    max_size: int | None = None,
+    provenance: Mapping[str, dict] | None = None,
+    liveness: Mapping[str, Any] | None = None,
+    meta: Mapping[str, Any] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    cache: WriteCache | None = None,
+    keep: int | None = 5,
+) -> WriteResult:
+    """Checkpoint ``namespace`` into ``store``. Never fails because one variable cannot be saved:
+    such variables are reported as skipped/stale with a reason. Raises CheckpointError (e.g.
+    StorageFullError) only when the checkpoint as a whole could not be written; then nothing of it
+    remains and earlier checkpoints are untouched."""
+    t0 = time.monotonic()
+    if not isinstance(store, Store):
+        store = open_store(store)
+    if not key:
+        raise CheckpointError("no checkpoint key given")
+    provenance = provenance or {}
+    names = select_names(namespace, include, exclude)
+    items = [(n, namespace[n]) for n in names]
+    walk = group_variables(items, namespace)
+    ckpt_id = new_checkpoint_id()
+    if cache is not None:
+        cache.bind(store.url)
+    txn = store.begin(ckpt_id)
+    run = _Run(store, txn, cache, progress, sum(walk.big_bytes.values()))
+    status: dict[str, tuple[str, str | None]] = {}
+    var_group: dict[str, int] = {}
+    var_size: dict[str, int] = {}
+    groups: list[dict[str, Any]] = []
+    bundle: list[tuple[dict[str, Any], bytes]] = []
+    storages: dict[int, int] = {}  # storage _cdata -> global index
+    gstore: list[list[Any]] = []  # [storage, dtype, seen tensors]
+    try:
+        run.report(force=True)
+
+        def save_unit(unames: list[str], stream_bytes: bytes, pickler: str, ctx: Any) -> None:
+            gi = len(groups)
+            tensor_idx = []
+            seen: dict[int, list] = {}
+            for t, v, cdata in ctx.tensors:
+                seen.setdefault(cdata, []).append((t, v))
+            for us, dt in zip(ctx.storages, ctx.storage_dtype):
+                g = storages.get(us._cdata)
+                if g is None:
+                    g = storages[us._cdata] = len(gstore)
+                    gstore.append([us, dt, seen.get(us._cdata, [])])
+                tensor_idx.append(g)
+            entry: dict[str, Any] = {
+                "names": unames,
+                "pickler": pickler,
+                "stream": None,
+                "buffers": [],
+                "tensors": tensor_idx,
+            }
+            nbytes = len(stream_bytes) + sum(mv.nbytes for mv in ctx.buffers)
+            nbytes += sum(us.nbytes() for us in ctx.storages)
+            if max_size is not None and nbytes > max_size:
+                for n in unames:
+                    status[n] = ("skipped", f"{_mb(nbytes)} exceeds the size limit {_mb(max_size)}")
+                # storages only referenced by this unit would still be listed: drop them again
+                for g in tensor_idx:
+                    gstore[g][2] = None
+                return
+            groups.append(entry)
+            for n in unames:
+                status[n] = ("saved", None)
+                var_group[n] = gi
+                share = len(stream_bytes) // len(unames)
+                var_size[n] = nbytes if len(unames) == 1 else walk.big_bytes.get(n, 0) + share
+            if len(stream_bytes) < BUNDLE_MAX:
+                bundle.append((entry, stream_bytes))
+            else:
+                f = run.put([stream_bytes], "pickle", len(stream_bytes))
+                entry["stream"] = {"future": f, "offset": 0, "length": len(stream_bytes)}
+            entry["buffers"] = [run.put([mv], "buffer", mv.nbytes) for mv in ctx.buffers]
+            run.report()
+
+        def fail(n: str, e: BaseException) -> None:
+            st = e.status if isinstance(e, SkipVariable) else "skipped"
+            status[n] = (st, reason_of(e))
+
+        for gnames in walk.groups:
+            if max_size is not None:
+                est = sum(walk.big_bytes.get(n, 0) for n in gnames)
+                if est > max_size:
+                    for n in gnames:
+                        status[n] = (
+                            "skipped",
+                            f"{_mb(est)} exceeds the size limit {_mb(max_size)}",
+                        )
+                    continue
+            try:
+                save_unit(gnames, *dump_group({n: namespace[n] for n in gnames}))
+                continue
+            except (KeyboardInterrupt, SystemExit, MemoryError):
+                raise
+            except BaseException as e:  # noqa: BLE001 - any pickling failure isolates the group
+                if len(gnames) == 1:
+                    fail(gnames[0], e)
+                    continue
+            # one of several linked variables failed: find which, keep the others together
+            good = []
+            for n in gnames:
+                try:
+                    good.append((n, dump_group({n: namespace[n]})))
+                except (KeyboardInterrupt, SystemExit, MemoryError):
+                    raise
+                except BaseException as e:  # noqa: BLE001
+                    fail(n, e)
+            if len(good) > 1:
+                try:
+                    save_unit([n for n, _ in good], *dump_group({n: namespace[n] for n, _ in good}))
+                    continue
+                except (KeyboardInterrupt, SystemExit, MemoryError):
+                    raise
+                except BaseException:  # noqa: BLE001, S110 - then save them one by one
+                    pass
+            for n, r in good:
+                save_unit([n], *r)
+
+        # small streams: one bundle blob
+        if bundle:
+            chunks, off = [], 0
+            for entry, data in bundle:
+                entry["stream"] = {"offset": off, "length": len(data)}
+                chunks.append(data)
+                off += len(data)
+            bf = run.put(chunks, "bundle", off)
+            for entry, _ in bundle:
+                entry["stream"]["future"] = bf
+
+        tensor_entries, new_memos = _write_tensors(run, gstore, cache)
+        run.wait()
+
+        for entry in groups:
+            s = entry["stream"]
+            s["blob"] = s.pop("future").result()
+            entry["buffers"] = [f.result() for f in entry["buffers"]]
+        for te in tensor_entries:
+            if isinstance(te.get("blob"), cf.Future):
+                te["blob"] = te["blob"].result()
+
+        variables = []
+        for n, v in items:
+            st, reason = status.get(n, ("skipped", "not processed"))
+            variables.append(
+                {
+                    "name": n,
+                    "kind": _kind(v),
+                    "size": var_size.get(n, walk.big_bytes.get(n, 0)),
+                    "status": st,
+                    "reason": reason,
+                    "group": var_group.get(n),
+                    "cell": _cell(provenance.get(n)),
+                }
+            )
+        manifest = Manifest(
+            id=ckpt_id,
+            stream=stream,
+            created=datetime.now(timezone.utc).isoformat(),
+            format=FORMAT,
+            env=_env.capture(),
+            liveness=dict(liveness or {}),
+            meta=_jsonable(dict(meta or {})),
+            variables=variables,
+            groups=groups,
+            blobs=dict(sorted(run.blobs.items())),
+            tensors=tensor_entries,
+            bytes_total=sum(b["size"] for b in run.blobs.values()),
+        )
+        data = sign(manifest, key)
+        store.sync(txn)
+        store.publish(txn, stream, data)
+    except BaseException:
+        run.shutdown()
+        txn.abort()
+        raise
+    run.shutdown()
+    txn.release()
+
+    if cache is not None:
+        cache.chunks = dict(run.new_chunks)
+        cache.storages = new_memos.finalize()
+    warnings = []
+    if keep is not None:
+        try:
+            retain(store, stream, keep)
+        except Exception as e:  # noqa: BLE001 - the checkpoint is safe; gc() can clean up
+            warnings.append(f"retention clean-up failed: {reason_of(e)}")
+    if progress:
+        progress(manifest.bytes_total, manifest.bytes_total)
+    res = WriteResult(
+        manifest=manifest,
+        checkpoint_id=ckpt_id,
+        bytes_written=txn.bytes_written,
+        bytes_total=manifest.bytes_total,
+        variables=[
+            VariableReport(v["name"], v["kind"], v["size"], v["status"], v["reason"], v["cell"])
+            for v in variables
+        ],
+        seconds=time.monotonic() - t0,
+    )
+    res.warnings = warnings  # type: ignore[attr-defined]
+    return res
+
+
+def _write_tensors(run: _Run, gstore: list, cache: WriteCache | None):
+    """Manifest tensor entries; unchanged storages reuse their old pack entry by reference."""
+    entries: list[dict[str, Any]] = []
+    memos = {}
+    new: list[tuple[int, Any, str]] = []
+    for gi, (us, dtype, seen) in enumerate(gstore):
+        if seen is None:  # belonged to a unit skipped for size
+            entries.append({"key": f"t{gi}", "blob": None})
+            continue
+        old = None
+        if cache is not None:
+            old = cache.unchanged_storage(us, seen) if cache.tensor_check == "version" else None
+            if old is not None and not run.has(old["blob"]):
+                old = None
+        if old is not None:
+            e = dict(old, key=f"t{gi}")
+            entries.append(e)
+            run.blobs[e["blob"]] = {"size": old["pack_size"], "kind": "tensors"}
+            run.add_done(us.nbytes())
+            run.known += us.nbytes()
+        else:
+            e = {
+                "key": f"t{gi}",
+                "blob": None,
+                "name": f"t{gi}",
+                "device": _tensors.record_device(us),
+                "dtype": dtype,
+                "shape": [us.nbytes() // max(1, _itemsize(dtype))],
+                "nbytes": us.nbytes(),
+            }
+            entries.append(e)
+            new.append((gi, us, dtype))
+        if cache is not None:
+            memos[us._cdata] = (us, seen, e)
+    if new:
+        total = sum(us.nbytes() for _, us, _ in new)
+        nshards = 2 if total >= SHARD_MIN and len(new) > 1 else 1
+        shards: list[list] = [[] for _ in range(nshards)]
+        loads = [0] * nshards
+        for item in sorted(new, key=lambda t: -t[1].nbytes()):
+            i = loads.index(min(loads))
+            shards[i].append(item)
+            loads[i] += item[1].nbytes()
+        for shard in shards:
+            head, _ = _tensors.pack_layout([(f"t{gi}", us, dt) for gi, us, dt in shard])
+            size = len(head) + sum(us.nbytes() for _, us, _ in shard)
+            f = run.put(
+                list(_tensors.pack_chunks([(f"t{gi}", us, dt) for gi, us, dt in shard])),
+                "tensors",
+                size,
+                cached=False,
+            )
+            for gi, _, _ in shard:
+                entries[gi]["blob"] = f
+                entries[gi]["pack_size"] = size
+    # memo entries need the final digests: resolved once the writes are done
+    return entries, _Memos(memos, cache)
+
+
+class _Memos(dict):
+    """Storage memos for the cache, built once the pack digests are known."""
+
+    def __init__(self, raw: dict, cache: WriteCache | None) -> None:
+        super().__init__()
+        for cdata, (us, seen, e) in raw.items():
+            if cache is None or e.get("blob") is None:
+                continue
+            self[cdata] = (us, seen, e)
+
+    def finalize(self) -> dict:
+        out = {}
+        for cdata, (us, seen, e) in self.items():
+            blob = e["blob"]
+            if isinstance(blob, cf.Future):
+                blob = blob.result()
+            fixed = {k: v for k, v in e.items() if k != "key"}
+            fixed["blob"] = blob
+            out[cdata] = WriteCache.memo(us, seen, fixed)
+        return out
+
+
+def _itemsize(dtype: str) -> int:
+    return _tensors._ST_DTYPES.get(dtype, ("U8", 1))[1]
+
+
+def _cell(p: Any) -> dict[str, Any] | None:
+    if not p:
+        return None
+    return {"execution_count": p.get("execution_count"), "source": p.get("source")}
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    return json.loads(json.dumps(d, default=str))
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def retain(store: Store, stream: str, keep: int) -> list[str]:
+    """Delete all but the newest ``keep`` manifests of ``stream`` and the blobs only they used."""
+    from .manifest import parse
+
+    ids = store.manifest_ids(stream)
+    dropped, candidates = [], set()
+    for cid in ids[max(keep, 1) :]:
+        path = store.manifest_path(stream, cid)
+        try:
+            candidates.update((parse(store._read_bytes(path), cid).get("blobs") or {}).keys())
+        except (OSError, CheckpointError):
+            log.debug("unreadable manifest %s: its blobs wait for gc()", cid)
+        store._remove(path)
+        dropped.append(cid)
+    if candidates:
+        store.collect(candidates)
+    return dropped

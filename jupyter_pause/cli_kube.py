@@ -1,0 +1,174 @@
+"""Kubernetes subcommands: `jupyter pause resume --namespace NS WORKSPACE` and `jupyter pause doctor`.
+
+`resume` without --namespace/WORKSPACE still asks the local Jupyter server (cli.py); with them it
+resumes the workspace from outside its pod (jupyter_pause.cluster.resume) and shows the state while
+it waits for capacity. `snapshots` lists or cleans a workspace's pod snapshots in the safe order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+EXIT_OK, EXIT_FAIL = 0, 1
+
+_STATE_TEXT = {
+    "resuming": "resuming",
+    "joined": "joined",
+    "starting": "starting",
+    "stopping": "stopping",
+    "waiting_for_capacity": "waiting for capacity",
+    "pending": "pending",
+    "scheduled": "scheduled on",
+    "running": "running, checking whether the pod snapshot was restored",
+    "restored_live": "restored live",
+    "cold_started": "cold-started",
+    "started": "started",
+    "failed": "failed",
+}
+
+
+def _kube(args: argparse.Namespace) -> Any:
+    from .cluster.kube import Kube, load_api_client
+
+    return Kube(load_api_client(getattr(args, "kubeconfig", None), getattr(args, "context", None)))
+
+
+def cmd_kube_resume(args: argparse.Namespace) -> int:
+    from .cluster.kube import KubeError
+    from .cluster.resume import resume_workspace
+
+    def show(update: dict) -> None:
+        if args.json:
+            print(json.dumps(update), flush=True)
+            return
+        text = _STATE_TEXT.get(update["state"], update["state"])
+        reason = update.get("reason")
+        print(f"{text}: {reason}" if reason else text, flush=True)
+
+    try:
+        result = asyncio.run(resume_workspace(
+            _kube(args), args.namespace, args.workspace, on_update=show,
+            timeout=args.timeout, poll=args.poll))
+    except KubeError as e:
+        print(f"jupyter pause: {e}", file=sys.stderr)
+        return EXIT_FAIL
+    except Exception as e:  # noqa: BLE001 (no kubeconfig, unreachable cluster: one line)
+        print(f"jupyter pause: {type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
+        return EXIT_FAIL
+    if args.json:
+        print(json.dumps(result))
+    elif result["state"] == "cold_started":
+        print("The notebook server restores the kernels from the last checkpoint.")
+    elif result["state"] == "timeout":
+        print(f"Still not back after {args.timeout:.0f} s ({result['reason']}); the resume "
+              "continues in the cluster.")
+    return EXIT_OK if result["state"] in ("restored_live", "cold_started", "started") else EXIT_FAIL
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .cluster.doctor import MISSING, Check, format_table, run_checks
+    from .cluster.kube import own_pod_identity
+
+    name, ns = own_pod_identity()
+    name, ns = args.pod or name, args.namespace or ns
+    kube = None
+    pre: list[Check] = []
+    try:
+        kube = _kube(args)
+    except Exception as e:  # noqa: BLE001 (no kubeconfig: reported as a check)
+        pre.append(Check("kubernetes", MISSING, f"no Kubernetes access: {e}".splitlines()[0],
+                         "run inside the notebook pod or pass --kubeconfig"))
+    checks = pre + asyncio.run(run_checks(kube, pod_name=name, namespace=ns, backend=args.backend,
+                                          storage_config=args.storage_config))
+    if args.json:
+        print(json.dumps([c.to_dict() for c in checks], indent=1))
+    else:
+        print(format_table(checks))
+    return EXIT_FAIL if any(c.status == MISSING for c in checks) else EXIT_OK
+
+
+def cmd_snapshots(args: argparse.Namespace) -> int:
+    from .cluster.cleanup import collect_garbage
+    from .cluster.gke import dns_name
+    from .cluster.kube import KubeError
+
+    try:
+        out = asyncio.run(collect_garbage(
+            _kube(args), args.namespace, args.workspace, keep=args.keep,
+            older_than=args.older_than, dry_run=args.dry_run, teardown=args.teardown,
+            policy=args.policy or dns_name("jp", args.workspace)))
+    except KubeError as e:
+        print(f"jupyter pause: {e}", file=sys.stderr)
+        return EXIT_FAIL
+    if args.json:
+        print(json.dumps(out))
+    else:
+        if args.dry_run:
+            print("would delete: " + (", ".join(out["would_delete"]) or "nothing"))
+        else:
+            print("deleted: " + (", ".join(out["deleted"]) or "nothing"))
+        print("left: " + (", ".join(out["remaining"]) or "nothing"))
+        if out["stuck"]:
+            print("stuck deleting (a finalizer still runs): " + ", ".join(out["stuck"]))
+    return EXIT_FAIL if out["stuck"] else EXIT_OK
+
+
+def _kube_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster "
+                   "service account, else KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--context", default=None, help="kubeconfig context")
+
+
+def register(subparsers: Any) -> None:
+    resume = subparsers.choices.get("resume")
+    if resume is None:
+        resume = subparsers.add_parser("resume", help="resume a paused workspace")
+        resume.add_argument("--wait", action="store_true")
+        resume.add_argument("--timeout", type=float, default=3600.0)
+        resume.add_argument("--json", action="store_true")
+    resume.add_argument("workspace", nargs="?", default=None,
+                        help="Kubeflow Workspace, StatefulSet or pod to resume from outside it "
+                        "(with --namespace)")
+    resume.add_argument("--namespace", "-n", default=None, help="the workspace's namespace")
+    resume.add_argument("--poll", type=float, default=1.0, help=argparse.SUPPRESS)
+    _kube_options(resume)
+    local = resume.get_default("func")
+
+    def dispatch(args: argparse.Namespace) -> int:
+        if args.namespace or args.workspace:
+            if not (args.namespace and args.workspace):
+                print("jupyter pause: resume needs both --namespace NS and WORKSPACE",
+                      file=sys.stderr)
+                return 2
+            return cmd_kube_resume(args)
+        return local(args) if local else 2
+
+    resume.set_defaults(func=dispatch)
+
+    p = subparsers.add_parser("doctor", help="check what a pod-snapshot pause needs, in the pod")
+    p.add_argument("--backend", choices=["gke", "kubeflow"], default="gke")
+    p.add_argument("--namespace", "-n", default=None, help="default: POD_NAMESPACE")
+    p.add_argument("--pod", default=None, help="default: POD_NAME or the hostname")
+    p.add_argument("--storage-config", default="jupyter-pause-snapshots")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _kube_options(p)
+    p.set_defaults(func=cmd_doctor)
+
+    p = subparsers.add_parser("snapshots", help="clean a workspace's pod snapshots (snapshots, "
+                              "then triggers, the policy last)")
+    p.add_argument("workspace", help="the workspace label value (jupyter-pause.io/workspace)")
+    p.add_argument("--namespace", "-n", required=True)
+    p.add_argument("--keep", type=int, default=1, help="Ready snapshots kept (newest first)")
+    p.add_argument("--older-than", type=float, default=None, metavar="SECONDS",
+                   help="keep snapshots younger than this")
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--teardown", action="store_true",
+                   help="with --keep 0: delete the policy too once nothing is left")
+    p.add_argument("--policy", default=None, help="policy name (default jp-<workspace>)")
+    p.add_argument("--json", action="store_true")
+    _kube_options(p)
+    p.set_defaults(func=cmd_snapshots)

@@ -1,0 +1,325 @@
+"""`jupyter pause report | gc | validate`: the platform team's commands.
+
+``register(subparsers)`` adds them to the CLI's argparse subparsers (called by
+``jupyter_pause.cli``); each sets ``func(args) -> int`` (the exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from typing import Any
+
+EPILOG_VALIDATE = """exit codes: 0 live (same process, memory intact), 10 restored (from the
+checkpoint; see 'lost'), 20 fresh (nothing restored), 1 error (nothing prepared, the marker file
+on the persistent volume is gone, or a wrong value came back)."""
+
+
+# ------------------------------------------------------------------ configuration
+
+
+def load_pause_config() -> dict[str, Any]:
+    """``c.PauseApp.*`` from the Jupyter config files (what the server would use), no server."""
+    from jupyter_core.paths import jupyter_config_path, jupyter_data_dir
+    from traitlets.config.loader import Config, JSONFileConfigLoader, PyFileConfigLoader
+
+    cfg = Config()
+    for path in reversed(jupyter_config_path()):  # lowest priority first
+        for name, loader in (("jupyter_server_config.json", JSONFileConfigLoader),
+                             ("jupyter_server_config.py", PyFileConfigLoader)):
+            if os.path.exists(os.path.join(path, name)):
+                try:
+                    cfg.merge(loader(name, path=path).load_config())
+                except Exception as e:  # noqa: BLE001 - a broken config file: warn, go on
+                    print(f"warning: cannot read {os.path.join(path, name)}: {e}",
+                          file=sys.stderr)
+    pa = cfg.get("PauseApp", {})
+    return {
+        "state_dir": pa.get("state_dir") or os.path.join(jupyter_data_dir(), "jupyter-pause",
+                                                         "state"),
+        "store_url": pa.get("store_url") or None,
+        "key_path": pa.get("key_path") or None,
+        "backend": pa.get("backend") or "local",
+        "keep_checkpoints": pa.get("keep_checkpoints", 5),
+        "config": cfg,
+    }
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 1
+
+
+# ------------------------------------------------------------------ report
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .policy.journal import journal_path, parse_time, read_journal
+    from .policy.render import render_report, render_whatif
+    from .policy.report import build_report
+    from .policy.whatif import (
+        DEFAULT_THRESHOLDS,
+        measured_costs,
+        parse_duration,
+        read_trace,
+        simulate,
+        trace_from_journal,
+    )
+
+    try:
+        conf = load_pause_config() if not (args.journal or args.state_dir) else {}
+        jpath = args.journal or journal_path(args.state_dir or conf["state_dir"])
+        journal = read_journal(jpath)
+        since = parse_time(args.since) if args.since else None
+        until = parse_time(args.until) if args.until else None
+        report = None
+        if journal.events or not args.trace:
+            report = build_report(journal, period=args.period, since=since,
+                                  until=until if until is not None else time.time(),
+                                  accelerators=args.accelerators)
+        whatif = None
+        if args.whatif or args.trace or args.thresholds:
+            thresholds = ([parse_duration(t) for t in args.thresholds.split(",") if t.strip()]
+                          if args.thresholds else list(DEFAULT_THRESHOLDS))
+            costs = measured_costs(journal)
+            capture = args.capture_s if args.capture_s is not None else costs["capture_s"]
+            restore = args.restore_s if args.restore_s is not None else costs["restore_s"]
+            source = ("flags" if args.capture_s is not None and args.restore_s is not None else
+                      f"measured from {costs['pauses_measured']} pauses and "
+                      f"{costs['resumes_measured']} resumes" if capture or restore else
+                      "not measured: 0 assumed, pass --capture-s/--restore-s")
+            trace = (read_trace(args.trace) if args.trace else
+                     trace_from_journal(journal, start=since, end=until))
+            whatif = simulate(trace, thresholds, capture_s=capture or 0.0,
+                              restore_s=restore or 0.0, accelerators=args.accelerators,
+                              price_per_hour=args.price)
+            whatif["costs_source"] = source
+    except (OSError, ValueError) as e:
+        return _fail(str(e))
+    if args.plot:
+        from .policy.plot import PlotUnavailable, write_plot
+
+        try:
+            write_plot(args.plot, report, whatif)
+        except PlotUnavailable as e:
+            return _fail(str(e))
+        except (OSError, ValueError) as e:
+            return _fail(f"cannot write {args.plot}: {e}")
+    if args.json:
+        print(json.dumps({"report": report, "whatif": whatif}, indent=1, default=str))
+    else:
+        parts = []
+        if report is not None:
+            parts.append(render_report(report))
+        if whatif is not None:
+            parts.append(render_whatif(whatif))
+        if args.plot:
+            parts.append(f"chart written to {args.plot}")
+        print("\n\n".join(parts))
+    return 0
+
+
+# ------------------------------------------------------------------ gc
+
+
+def _server_gc(args: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any] | None:
+    """POST gc to the running server (found like `jupyter server list`); None if none runs."""
+    from .cli import ApiError, NoServer, find_server
+
+    try:
+        return find_server(getattr(args, "url", None), getattr(args, "token", None)).request(
+            "POST", "gc", body)
+    except NoServer:
+        if getattr(args, "url", None):
+            raise
+        return None
+    except ApiError as e:
+        if e.status == 404:  # a server without jupyter-pause: clean the store directly
+            return None
+        raise RuntimeError(str(e)) from None
+
+
+def _from_server_format(res: dict[str, Any]) -> dict[str, Any]:
+    """The server's own gc answer (deleted/kept lists) in this module's shape."""
+    if "checkpoints" in res:
+        return res
+    kept = res.get("kept") or []
+    blobs = res.get("blobs") or {}
+    return {
+        "dry_run": res.get("dry_run", False), "backend": res.get("backend"),
+        "protected": res.get("protected") or [],
+        "checkpoints": {"deleted": res.get("deleted") or [], "remaining": len(kept)},
+        "blobs": {"deleted": blobs.get("deleted", 0), "bytes_freed": blobs.get("bytes", 0),
+                  "temps_removed": 0},
+        "remaining": {"checkpoints": len(kept), "streams": len({k.get("stream") for k in kept}),
+                      "blobs": "?", "bytes": res.get("bytes_remaining", "?")},
+    }
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from .policy import gc as gc_mod
+    from .policy.whatif import parse_duration
+
+    try:
+        older = args.older_than
+        older = parse_duration(older) if isinstance(older, str) else older
+    except ValueError as e:
+        return _fail(str(e))
+    conf = load_pause_config()
+    keep = args.keep if args.keep is not None else None
+    result = None
+    try:
+        if not args.offline:
+            result = _server_gc(args, {"keep": keep, "older_than": older,
+                                       "dry_run": args.dry_run})
+            if result is not None:
+                result = {**_from_server_format(result), "via": "server"}
+        if result is None:
+            backend = None
+            if args.backend:
+                from .cluster.base import resolve_backend_class
+
+                backend = resolve_backend_class(args.backend)(config=conf["config"])
+            result = asyncio.run(gc_mod.run_gc(
+                store_url=args.store or conf["store_url"],
+                state_dir=args.state_dir or conf["state_dir"],
+                keep=keep if keep is not None else int(conf["keep_checkpoints"] or 5),
+                older_than=older, dry_run=args.dry_run, backend=backend))
+            result["via"] = "offline"
+    except Exception as e:  # noqa: BLE001 - NoServer, GCError, backend config: one line
+        return _fail(str(e).splitlines()[0] if str(e) else e.__class__.__name__)
+    if args.json:
+        print(json.dumps(result, indent=1, default=str))
+    else:
+        print(gc_mod.render(result))
+    b = result.get("backend")
+    return 1 if isinstance(b, dict) and b.get("error") else 0
+
+
+# ------------------------------------------------------------------ validate
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from .policy import validate as v
+
+    conf = load_pause_config()
+    state_dir = args.state_dir or conf["state_dir"]
+    store = args.store or conf["store_url"]
+    key = args.key or conf["key_path"]
+    if args.action == "prepare":
+        try:
+            st = asyncio.run(v.prepare(state_dir=state_dir, store_url=store, key_path=key,
+                                       kernel_name=args.kernel, stop=args.stop,
+                                       timeout=args.timeout))
+        except Exception as e:  # noqa: BLE001 - one line, never a traceback
+            msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+            if args.json:
+                print(json.dumps({"prepared": False, "error": msg}))
+            return _fail(f"validate prepare: {msg}")
+        if args.json:
+            print(json.dumps({"prepared": True, **{k: st[k] for k in (
+                "pid", "checkpoint_id", "stopped", "stream")}}))
+        else:
+            print(f"prepared  kernel pid {st['pid']} "
+                  f"({'stopped' if st['stopped'] else 'left running'}), checkpoint "
+                  f"{st['checkpoint_id']}; now upgrade, then run `jupyter pause validate check`")
+        return 0
+    try:
+        out = asyncio.run(v.check(state_dir=state_dir,
+                                  store_url=args.store if args.store else None,
+                                  key_path=args.key if args.key else None,
+                                  kernel_name=args.kernel if args.kernel != "python3" else None,
+                                  keep_kernel=args.keep_kernel, timeout=args.timeout))
+    except Exception as e:  # noqa: BLE001 - one line, never a traceback
+        msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+        if args.json:
+            print(json.dumps({"outcome": "error", "exit_code": 1, "error": msg}))
+        else:
+            print(f"error      -         {msg}\noutcome    error     exit 1")
+        return 1
+    print(json.dumps(out.to_dict()) if args.json else out.render())
+    return out.exit_code
+
+
+# ------------------------------------------------------------------ registration
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "report", help="accelerator-hours held/released, pauses, resumes, sizes, times; what-if",
+        description="Cost and capacity report from the journal (journal.jsonl in the state dir).")
+    p.add_argument("--journal", help="journal.jsonl to read (default: the server's state dir)")
+    p.add_argument("--state-dir", help="the server's state dir (PauseApp.state_dir)")
+    p.add_argument("--period", choices=("day", "week", "all"), default="day")
+    p.add_argument("--since", help="start of the window (ISO-8601 or epoch s)")
+    p.add_argument("--until", help="end of the window (default: now)")
+    p.add_argument("--accelerators", type=float, default=1.0,
+                   help="accelerator count when the journal does not say (default 1)")
+    p.add_argument("--whatif", action="store_true", help="add the idle-threshold what-if")
+    p.add_argument("--thresholds", help="idle thresholds for the what-if (default 15m,1h,4h)")
+    p.add_argument("--trace", help="activity trace (CSV start,end[,kind] or JSONL; its own "
+                                   "window) instead of "
+                                   "the journal's activity")
+    p.add_argument("--capture-s", type=float, help="seconds to pause (default: measured)")
+    p.add_argument("--restore-s", type=float, help="seconds to resume (default: measured)")
+    p.add_argument("--price", type=float, help="price of one accelerator-hour (adds 'saved')")
+    p.add_argument("--json", action="store_true", help="JSON instead of tables")
+    p.add_argument("--plot", metavar="FILE.png", help="also write a PNG chart (matplotlib)")
+    p.set_defaults(func=cmd_report)
+
+    p = subparsers.choices.get("gc")
+    if p is None:  # stand-alone (the main CLI defines gc with --keep/--older-than/--dry-run)
+        p = subparsers.add_parser("gc", help="delete checkpoints beyond the policy, unreferenced "
+                                             "blobs, old snapshots")
+        p.add_argument("--keep", type=int, help="checkpoints kept per notebook "
+                                                "(default PauseApp.keep_checkpoints)")
+        p.add_argument("--older-than", metavar="AGE", help="only delete checkpoints older than "
+                       "AGE (e.g. 7d, 12h)")
+        p.add_argument("--dry-run", action="store_true", help="say what would go; delete nothing")
+        p.add_argument("--url", help="server URL (default: the running server)")
+        p.add_argument("--token", help="server token")
+        p.add_argument("--json", action="store_true")
+    p.description = ("Retention clean-up, in an order that orphans nothing: the backend's "
+                     "snapshots and triggers, then checkpoints beyond the policy, then blobs no "
+                     "checkpoint references. Goes through the running server when there is one; "
+                     "otherwise (or with --offline) straight to the store.")
+    p.add_argument("--offline", action="store_true", help="do not use a running server")
+    p.add_argument("--store", help="checkpoint store (offline; default PauseApp.store_url)")
+    p.add_argument("--state-dir", help="state dir (offline; default PauseApp.state_dir)")
+    p.add_argument("--backend", help="also clean this backend's snapshots offline (gke, ...)")
+    p.set_defaults(func=cmd_gc)
+
+    p = subparsers.add_parser(
+        "validate", help="upgrade check: prepare before, check after (live/restored/fresh)",
+        description=__import__("jupyter_pause.policy.validate", fromlist=["_"]).__doc__,
+        epilog=EPILOG_VALIDATE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("action", choices=("prepare", "check"))
+    p.add_argument("--state-dir", help="persistent state dir (default PauseApp.state_dir)")
+    p.add_argument("--store", help="checkpoint store (default PauseApp.store_url)")
+    p.add_argument("--key", help="checkpoint key file (default PauseApp.key_path)")
+    p.add_argument("--kernel", default="python3", help="kernel spec name (default python3)")
+    p.add_argument("--stop", action="store_true",
+                   help="prepare: shut the test kernel down after the checkpoint (the local "
+                        "backend's pause); default: leave it running")
+    p.add_argument("--keep-kernel", action="store_true",
+                   help="check: leave the prepared kernel running afterwards")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per kernel step")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_validate)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry for these three commands (the full CLI is jupyter_pause.cli)."""
+    parser = argparse.ArgumentParser(prog="jupyter pause")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""`jupyter pause doctor`: what a working pause needs, checked from inside the notebook pod.
+
+Each check gives ok / missing / warn with what it saw and how to fix it: the gVisor runtime class,
+the kernels' IPC transport, the server's poll() selector, the RBAC verbs (SelfSubjectAccessReview
+for every verb the product uses), the feature's CRDs, and the snapshot storage config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from .kube import (
+    KUBEFLOW_GROUP,
+    KUBEFLOW_VERSION,
+    NOTEBOOK_CLUSTER_PERMISSIONS,
+    NOTEBOOK_PERMISSIONS,
+    PODS,
+    SNAPSHOT_GROUP,
+    SNAPSHOT_VERSION,
+    STORAGE_CONFIGS,
+    WORKSPACE_LABEL,
+    Kube,
+    KubeError,
+    Res,
+    condition,
+)
+
+OK, MISSING, WARN = "ok", "missing", "warn"
+
+
+@dataclasses.dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
+
+def load_server_config() -> tuple[Any, list[str]]:
+    """The Jupyter server's configuration as the server would load it, and its files."""
+    from jupyter_server.serverapp import ServerApp
+
+    app = ServerApp()
+    app.load_config_file()
+    files = [str(f) for f in getattr(app, "loaded_config_files", [])]
+    return app.config, files
+
+
+def check_transport(config: Any) -> Check:
+    transport = None
+    for section in ("KernelManager", "AsyncIOLoopKernelManager", "IOLoopKernelManager",
+                    "ConnectionFileMixin"):
+        if section in config and "transport" in config[section]:
+            transport = config[section]["transport"]
+    if transport == "ipc":
+        return Check("kernel transport", OK, "KernelManager.transport = 'ipc'")
+    return Check("kernel transport", MISSING, f"KernelManager.transport = {transport or 'tcp'!r}",
+                 "set c.KernelManager.transport = 'ipc' (loopback TCP sockets do not survive a "
+                 "pod snapshot reliably; see examples/kubernetes/jupyter-server-config.yaml)")
+
+
+def check_selector(files: list[str]) -> Check:
+    for f in files:
+        try:
+            if "PollSelector" in Path(f).read_text():
+                return Check("server selector", OK, f"PollSelector event loop set in {f}")
+        except OSError:
+            continue
+    return Check("server selector", MISSING, "the server uses the default epoll event loop",
+                 "install the PollSelector event loop policy in jupyter_server_config.py (see "
+                 "examples/kubernetes/jupyter-server-config.yaml)")
+
+
+async def run_checks(kube: Kube | None, *, pod_name: str | None, namespace: str | None,
+                     backend: str = "gke", storage_config: str = "jupyter-pause-snapshots",
+                     config: Any = None, config_files: list[str] | None = None) -> list[Check]:
+    checks: list[Check] = []
+    if config is None:
+        try:
+            config, config_files = load_server_config()
+        except Exception as e:  # noqa: BLE001 (a broken config file must not break the doctor)
+            checks.append(Check("server config", WARN, f"could not load: {e}".splitlines()[0]))
+            config, config_files = {}, []
+    checks.append(check_transport(config))
+    checks.append(check_selector(config_files or []))
+    if kube is None:
+        checks.append(Check("kubernetes", MISSING, "no Kubernetes access (not in a pod, no "
+                            "kubeconfig)", "run the doctor inside the notebook pod"))
+        return checks
+
+    pod: dict | None = None
+    if not pod_name or not namespace:
+        checks.append(Check("own pod", MISSING, "POD_NAME/POD_NAMESPACE unknown",
+                            "set POD_NAME and POD_NAMESPACE with the downward API"))
+    else:
+        try:
+            pod = await kube.get(PODS, pod_name, namespace)
+            checks.append(Check("own pod", OK, f"{namespace}/{pod_name}"))
+        except KubeError as e:
+            checks.append(Check("own pod", MISSING, str(e),
+                                "grant get on pods (examples/kubernetes/rbac.yaml)"))
+    if pod is not None:
+        rc = (pod.get("spec") or {}).get("runtimeClassName")
+        checks.append(Check("runtime class", OK, "gvisor") if rc == "gvisor" else Check(
+            "runtime class", MISSING, f"runtimeClassName is {rc or 'unset'}",
+            "run the pod with runtimeClassName: gvisor (GKE Sandbox); pod snapshots need it"))
+
+    # RBAC: every verb the product uses, reviewed by the API server itself.
+    owner_kinds = {r.get("kind") for r in ((pod or {}).get("metadata") or {}).get(
+        "ownerReferences") or []}
+    is_ws = bool((((pod or {}).get("metadata") or {}).get("labels") or {}).get(WORKSPACE_LABEL))
+    wanted = dict(NOTEBOOK_PERMISSIONS)
+    if backend != "kubeflow" and not is_ws:
+        wanted.pop((KUBEFLOW_GROUP, "workspaces"), None)
+    if "StatefulSet" not in owner_kinds:
+        wanted.pop(("apps", "statefulsets"), None)
+    perms = [(g, r, v, namespace) for (g, r), v in wanted.items()]
+    if backend == "gke":
+        perms += [(g, r, v, None) for (g, r), v in NOTEBOOK_CLUSTER_PERMISSIONS.items()]
+    for group, resource, verbs, ns in perms:
+        res = Res(group, "v1", resource, namespaced=ns is not None)
+        denied = []
+        try:
+            for verb in verbs:
+                allowed, _ = await kube.access_review(verb, res, ns)
+                if not allowed:
+                    denied.append(verb)
+        except KubeError as e:
+            checks.append(Check(f"rbac {res.resource}", WARN, f"cannot review access: {e}"))
+            continue
+        if denied:
+            checks.append(Check(f"rbac {res.resource}", MISSING, f"denied: {', '.join(denied)}",
+                                "apply examples/kubernetes/rbac.yaml for the pod's service "
+                                "account"))
+        else:
+            checks.append(Check(f"rbac {res.resource}", OK, ", ".join(verbs)))
+
+    # The feature's CRDs.
+    feature = ((SNAPSHOT_GROUP, SNAPSHOT_VERSION, {"PodSnapshot", "PodSnapshotPolicy",
+                                                   "PodSnapshotManualTrigger",
+                                                   "PodSnapshotStorageConfig"}),)
+    if backend == "kubeflow":
+        feature += ((KUBEFLOW_GROUP, KUBEFLOW_VERSION, {"Workspace"}),)
+    for group, version, kinds in feature:
+        try:
+            served = {r.get("kind") for r in await kube.api_resources(group, version)}
+            missing = kinds - served
+            checks.append(Check(f"crds {group}", MISSING if missing else OK,
+                                f"not served: {', '.join(sorted(missing))}" if missing else
+                                ", ".join(sorted(kinds)),
+                                "enable the feature on the cluster" if missing else ""))
+        except KubeError as e:
+            fix = ("enable GKE Pod Snapshots on the cluster (GKE Sandbox node pool)"
+                   if group == SNAPSHOT_GROUP else "install Kubeflow Workspaces (notebooks v2)")
+            checks.append(Check(f"crds {group}", MISSING, f"{group}/{version} not served "
+                                f"({e.status or 'error'})", fix))
+
+    if backend == "gke":
+        try:
+            sc = await kube.get(STORAGE_CONFIGS, storage_config)
+            ready = condition(sc, "Ready")
+            if ready and ready.get("status") == "True":
+                checks.append(Check("storage config", OK, f"{storage_config} Ready"))
+            else:
+                why = (ready or {}).get("message") or (ready or {}).get("reason") or "no Ready"
+                checks.append(Check("storage config", MISSING, f"{storage_config} not Ready: "
+                                    f"{why}", "check the bucket and its IAM for the pod's KSA"))
+        except KubeError as e:
+            fix = ("create it (examples/kubernetes/snapshot-storage.yaml) or set "
+                   "c.GKEBackend.storage_config" if e.status == 404 else
+                   "bind the jupyter-pause-storage-reader ClusterRole (rbac.yaml)")
+            checks.append(Check("storage config", MISSING, str(e), fix))
+    return checks
+
+
+def format_table(checks: list[Check]) -> str:
+    width = max([len(c.name) for c in checks] + [5])
+    lines = [f"{'CHECK'.ljust(width)}  STATUS   DETAIL"]
+    for c in checks:
+        lines.append(f"{c.name.ljust(width)}  {c.status.ljust(7)}  {c.detail}")
+        if c.fix and c.status != OK:
+            lines.append(f"{''.ljust(width)}  {''.ljust(7)}  fix: {c.fix}")
+    return "\n".join(lines)

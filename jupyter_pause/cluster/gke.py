@@ -1,0 +1,577 @@
+"""GKE Pod Snapshots backend (`podsnapshot.gke.io/v1`).
+
+Pause, after the server wrote the application checkpoint: ensure a manual PodSnapshotPolicy that
+selects this workspace's pod, create a PodSnapshotManualTrigger for the own pod, watch it to
+Triggered=True/Complete (or False/Failed|Error), wait for the PodSnapshot to be Ready, and only then
+stop the pod through its owner (Kubeflow Workspace `spec.paused`, StatefulSet replicas 0, or the
+policy's `postCheckpoint: stop`). A failed or timed-out snapshot raises BackendError: the lifecycle
+records it and the checkpoint stays the way back.
+
+A pod-snapshot restore revives this very process in the middle of snapshot()/release() (the
+snapshot was taken while it waited). It notices (the pod by its recorded name is gone or has a new
+uid, or the hostname changed) and then never stops the restored pod.
+
+In the resumed pod, restored_live() reads the own pod's PodRestored condition: GKE cold-starts
+silently when a restore fails, and the reason given (another GPU model, a changed pod spec) comes
+from what this backend recorded on the trigger at pause time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from traitlets import Any as AnyTrait
+from traitlets import Enum, Float, Int, Unicode
+
+from .base import BackendError, PauseContext, ResumeContext
+from .cleanup import collect_garbage
+from .kube import (
+    FLIGHT_ANNOTATION,
+    GPU_MODEL_ANNOTATION,
+    PODS,
+    POLICIES,
+    PS_NAME_ANNOTATION,
+    SNAPSHOT_GROUP,
+    SNAPSHOT_VERSION,
+    SNAPSHOTS,
+    SPEC_HASH_ANNOTATION,
+    STATEFULSETS,
+    TRIGGERED_BY_LABEL,
+    TRIGGERS,
+    WORKSPACE_LABEL,
+    WORKSPACE_SELECTOR_LABEL,
+    WORKSPACES,
+    Kube,
+    KubeError,
+    condition,
+    is_true,
+    load_api_client,
+    own_pod_identity,
+)
+from .local import LocalBackend
+
+SNAPSHOT_KINDS = {"PodSnapshot", "PodSnapshotPolicy", "PodSnapshotManualTrigger",
+                  "PodSnapshotStorageConfig"}
+STS_POD_LABEL = "statefulset.kubernetes.io/pod-name"
+ACCELERATOR_SELECTOR = "cloud.google.com/gke-accelerator"
+
+
+def dns_name(*parts: str, limit: int = 63) -> str:
+    """A DNS-1123 label from parts, cut to `limit` characters (names of triggers, policies)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", "-".join(p for p in parts if p).lower()).strip("-")
+    return name[:limit].rstrip("-") or "x"
+
+
+def trigger_name(workspace: str) -> str:
+    """`jp-<workspace>-<YYYYmmdd-HHMMSS>-<8hex>`: unique, sortable and within 63 characters."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{dns_name('jp', workspace, limit=38)}-{stamp}-{secrets.token_hex(4)}"
+
+
+def distilled_spec_hash(pod: dict) -> str:
+    """A hash of the pod-spec fields GKE matches a snapshot on (CONCEPT "Snapshot matching"):
+    a change here means a cold start. Env values and scheduling fields are left out, as GKE does."""
+    spec = pod.get("spec") or {}
+    keep = ("image", "command", "args", "workingDir", "ports", "volumeMounts", "securityContext")
+    containers = [{k: c.get(k) for k in keep} for c in spec.get("containers") or []]
+    annotations = {k: v for k, v in ((pod.get("metadata") or {}).get("annotations") or {}).items()
+                   if k.startswith("dev.gvisor.")}
+    data = {"containers": containers, "volumes": spec.get("volumes"),
+            "securityContext": spec.get("securityContext"),
+            "runtimeClassName": spec.get("runtimeClassName"), "annotations": annotations}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def detect_gpu_model(pod: dict | None = None) -> str | None:
+    """The GPU model this process sees: nvidia-smi, else the pod's accelerator node selector."""
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10, check=True).stdout
+            names = sorted({n.strip() for n in out.splitlines() if n.strip()})
+            if names:
+                return ",".join(names)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return ((pod or {}).get("spec") or {}).get("nodeSelector", {}).get(ACCELERATOR_SELECTOR)
+
+
+def workspace_key(pod: dict) -> tuple[str, str] | None:
+    """The stable per-workspace label (key, value) a policy can select this pod by.
+
+    Ours first, then Kubeflow's workspace label, then the StatefulSet pod name (stable: `<sts>-0`).
+    """
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    for key in (WORKSPACE_SELECTOR_LABEL, WORKSPACE_LABEL, STS_POD_LABEL):
+        if labels.get(key):
+            return key, labels[key]
+    return None
+
+
+def pod_owner(pod: dict) -> tuple[str, str] | None:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") or len((pod.get("metadata") or {}).get("ownerReferences")) == 1:
+            return ref.get("kind", ""), ref.get("name", "")
+    return None
+
+
+def restore_reason(pod: dict, trigger: dict | None, gpu_model: str | None) -> tuple[bool, str]:
+    """(restored live?, why) from the pod's PodRestored condition and what the pause recorded."""
+    c = condition(pod, "PodRestored")
+    if c is not None:
+        if c.get("status") == "True":
+            return True, c.get("message") or "restored from a pod snapshot"
+        detail = ": ".join(x for x in (c.get("reason"), c.get("message")) if x)
+        return False, f"pod restore failed ({detail or 'PodRestored=' + str(c.get('status'))})"
+    ann = ((trigger or {}).get("metadata") or {}).get("annotations") or {}
+    snap_gpu, snap_hash = ann.get(GPU_MODEL_ANNOTATION), ann.get(SPEC_HASH_ANNOTATION)
+    if snap_gpu and gpu_model and snap_gpu != gpu_model:
+        return False, (f"pod was cold-started: snapshot for another GPU model "
+                       f"(snapshot taken on {snap_gpu}, this pod has {gpu_model})")
+    if snap_hash and snap_hash != distilled_spec_hash(pod):
+        return False, "pod was cold-started: the pod spec changed since the snapshot"
+    if trigger is None:
+        return False, "pod was cold-started: no pod snapshot of this workspace was found"
+    return False, "pod was cold-started: GKE did not restore the pod snapshot (no PodRestored)"
+
+
+class GKEBackend(LocalBackend):
+    """Pause with GKE Pod Snapshots; resume checks PodRestored and falls back to the checkpoint."""
+
+    name = "gke"
+    resume_on_start = True
+
+    kubeconfig = Unicode(None, allow_none=True,
+                         help="Kubeconfig file; default: the pod's service account.").tag(config=True)
+    namespace = Unicode(None, allow_none=True,
+                        help="The pod's namespace; default: POD_NAMESPACE or the service account's."
+                        ).tag(config=True)
+    pod_name = Unicode(None, allow_none=True,
+                       help="The own pod's name; default: POD_NAME (downward API) or the hostname."
+                       ).tag(config=True)
+    storage_config = Unicode("jupyter-pause-snapshots", help="PodSnapshotStorageConfig name the "
+                             "policy uses (cluster-scoped; set up by an admin).").tag(config=True)
+    policy_name = Unicode(None, allow_none=True,
+                          help="PodSnapshotPolicy name; default jp-<workspace>.").tag(config=True)
+    retention = Unicode("7d", help="Policy retentionConfig.lastAccessTimeout ('' = keep until "
+                        "deleted); units y, mo, d, h, min.").tag(config=True)
+    keep_snapshots = Int(2, help="gc(): pod snapshots kept per workspace (newest first).").tag(
+        config=True)
+    stop_via = Enum(["auto", "workspace", "statefulset", "policy", "none"], "auto",
+                    help="How release() stops the pod: through its owner, or the policy's "
+                    "postCheckpoint: stop (bare pods).").tag(config=True)
+    trigger_timeout = Float(600.0, help="Seconds until the trigger must be Triggered.").tag(
+        config=True)
+    snapshot_timeout = Float(1800.0, help="Seconds until the PodSnapshot must be Ready (an 8 GiB "
+                             "GPU snapshot takes about 2 minutes, 70 GiB about 13).").tag(config=True)
+    restored_condition_wait = Float(30.0, help="Seconds after container start to wait for "
+                                    "PodRestored (GKE sets it after the process resumed).").tag(
+        config=True)
+    gpu_model = Unicode(None, allow_none=True, help="GPU model of this pod; default: nvidia-smi, "
+                        "then the pod's accelerator node selector.").tag(config=True)
+    api_client = AnyTrait(None, allow_none=True,
+                          help="A kubernetes.client.ApiClient to use (tests, embedding).")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._kube: Kube | None = None
+        self._described: tuple[float, dict] | None = None
+        self._pause: dict[str, Any] = {}
+        self.restore_reason: str | None = None  # why restored_live() said what it said
+
+    # -- plumbing --
+    @property
+    def kube(self) -> Kube:
+        if self._kube is None:
+            self._kube = Kube(self.api_client or load_api_client(self.kubeconfig))
+        return self._kube
+
+    def identity(self) -> tuple[str | None, str | None]:
+        name, ns = own_pod_identity()
+        return self.pod_name or name, self.namespace or ns
+
+    async def own_pod(self) -> dict:
+        name, ns = self.identity()
+        if not name or not ns:
+            raise BackendError("not running in a Kubernetes pod (no POD_NAME/POD_NAMESPACE and no "
+                               "service-account namespace)", reason="not_in_pod",
+                               hint="set POD_NAME and POD_NAMESPACE with the downward API")
+        return await self._k(self.kube.get(PODS, name, ns))
+
+    async def _k(self, aw: Any) -> Any:
+        """Await a Kube call; turn its error into a BackendError with a hint."""
+        try:
+            return await aw
+        except KubeError as e:
+            hint = ("apply examples/kubernetes/rbac.yaml to the notebook's service account"
+                    if e.status == 403 else None)
+            raise BackendError(str(e), reason="rbac" if e.status == 403 else "kubernetes",
+                               hint=hint) from None
+
+    def _gpu(self, pod: dict | None) -> str | None:
+        return self.gpu_model or detect_gpu_model(pod)
+
+    # -- Backend --
+    async def describe(self) -> dict[str, Any]:
+        if self._described and time.monotonic() - self._described[0] < 60:
+            return self._described[1]
+        why = None
+        try:
+            kinds = {r.get("kind") for r in await self.kube.api_resources(SNAPSHOT_GROUP,
+                                                                          SNAPSHOT_VERSION)}
+            missing = SNAPSHOT_KINDS - kinds
+            if missing:
+                why = f"GKE Pod Snapshots incomplete: {', '.join(sorted(missing))} not served"
+        except KubeError as e:
+            why = ("GKE Pod Snapshots are not installed in this cluster (podsnapshot.gke.io/v1 "
+                   "is not served)" if e.status in (403, 404) else f"cannot reach the cluster: {e}")
+        except Exception as e:  # noqa: BLE001 (no kubeconfig, not in a cluster)
+            why = f"no Kubernetes access: {e}".splitlines()[0]
+        if why is None and not all(self.identity()):
+            why = "not running in a pod (set POD_NAME/POD_NAMESPACE with the downward API)"
+        out = {"name": self.name, "configured": why is None, "can_pause": why is None,
+               "why_not": why}
+        self._described = (time.monotonic(), out)
+        return out
+
+    async def snapshot(self, ctx: PauseContext) -> dict[str, Any]:
+        pod = await self.own_pod()
+        meta = pod["metadata"]
+        ns = meta["namespace"]
+        key = workspace_key(pod)
+        if key is None:
+            raise BackendError(
+                "the pod has no stable label for a snapshot policy",
+                reason="no_selector",
+                hint=f"label the pod template with {WORKSPACE_SELECTOR_LABEL}=<workspace name>")
+        workspace = key[1]
+        # What a restore must find again: the same pod (uid) unless this process was restored.
+        self._pause = {"pod": meta["name"], "uid": meta["uid"], "hostname": socket.gethostname(),
+                       "namespace": ns, "workspace": workspace}
+        stop = self._stop_mode(pod)
+        policy = await self._ensure_policy(ns, workspace, key, postcheckpoint=(
+            "stop" if stop == "policy" else "resume"))
+        ctx.progress("Asking GKE to snapshot the pod")
+        trig = await self._create_trigger(ctx, ns, pod, workspace)
+        tname = trig["metadata"]["name"]
+        self._pause["trigger"] = tname
+        try:
+            snap = await self._wait_trigger(ctx, ns, tname)
+            await self._wait_snapshot(ctx, ns, snap)
+        except BackendError:
+            if await self._restored_here():  # the wait broke because this process was restored
+                return self._woke_result(tname)
+            await self._discard(ns, tname)
+            raise
+        if await self._restored_here():
+            return self._woke_result(tname, snap)
+        self._pause["snapshot"] = snap
+        # The lifecycle journals snapshot_ready from this result.
+        return {"snapshot": snap, "trigger": tname, "policy": policy, "backend": self.name,
+                "stop_via": stop, "gpu_model": self._gpu(pod)}
+
+    async def release(self, ctx: PauseContext) -> dict[str, Any]:
+        if self._pause.get("woke_up") or await self._restored_here():
+            # Never stop a pod that a snapshot restore just brought back.
+            return {"released": False, "woke_up": True,
+                    "reason": "this pod was restored from the pod snapshot"}
+        pod = await self.own_pod()
+        mode = self._stop_mode(pod)
+        ns = pod["metadata"]["namespace"]
+        owner = pod_owner(pod)
+        ctx.progress("Stopping the pod to free the accelerator")
+        if mode == "workspace":
+            ws = pod["metadata"]["labels"][WORKSPACE_LABEL]
+            await self._k(self.kube.patch(WORKSPACES, ws, {"spec": {"paused": True}}, ns))
+            return {"released": True, "stopped_via": "workspace", "owner": ws}
+        if mode == "statefulset" and owner:
+            await self._k(self.kube.patch(STATEFULSETS, owner[1], {"spec": {"replicas": 0}}, ns))
+            return {"released": True, "stopped_via": "statefulset", "owner": owner[1]}
+        if mode == "policy":
+            # GKE turns the pod Completed after the checkpoint (postCheckpoint: stop).
+            return {"released": True, "stopped_via": "policy", "owner": None}
+        return {"released": False, "stopped_via": "none", "owner": None}
+
+    async def resume(self, ctx: ResumeContext) -> dict[str, Any]:
+        # The pod is back already (this server runs in it); bring the kernels back like local does:
+        # after a live restore they are still running, after a cold start they are started anew.
+        self._pause = {}
+        return await super().resume(ctx)
+
+    async def restored_live(self, ctx: ResumeContext | None = None) -> bool | None:
+        verdict = await self.restore_verdict()
+        self.restore_reason = verdict["reason"]
+        if ctx is not None and verdict["reason"] and verdict["live"] is False:
+            ctx.progress(verdict["reason"])
+        return verdict["live"]
+
+    async def restore_verdict(self) -> dict[str, Any]:
+        """{"live": True|False|None, "reason": str|None, "snapshot": name|None}."""
+        try:
+            pod = await self.own_pod()
+        except BackendError as e:
+            return {"live": None, "reason": str(e), "snapshot": None}
+        key = workspace_key(pod)
+        ns = pod["metadata"]["namespace"]
+        try:
+            pod = await self._await_restored_condition(pod)
+            trigger = await self._snapshot_trigger(pod, ns, key[1] if key else None)
+        except KubeError as e:
+            return {"live": None, "reason": str(e), "snapshot": None}
+        live, why = restore_reason(pod, trigger, self._gpu(pod))
+        snap = ((trigger or {}).get("status") or {}).get("snapshotCreated", {}).get("name")
+        return {"live": live, "reason": why, "snapshot": snap}
+
+    async def gc(self, *, keep: int | None = None, older_than: float | None = None,
+                 dry_run: bool = False) -> dict[str, Any]:
+        pod = await self.own_pod()
+        key = workspace_key(pod)
+        if key is None:
+            return {"deleted": [], "remaining": [], "stuck": []}
+        # Never delete the snapshot this pod was restored from while it runs.
+        pinned = (pod["metadata"].get("annotations") or {}).get(PS_NAME_ANNOTATION)
+        return await collect_garbage(
+            self.kube, pod["metadata"]["namespace"], key[1],
+            keep=self.keep_snapshots if keep is None else keep, older_than=older_than,
+            dry_run=dry_run, policy=self.policy_name or dns_name("jp", key[1]),
+            protect={pinned} if pinned else set())
+
+    # -- steps --
+    def _stop_mode(self, pod: dict) -> str:
+        if self.stop_via != "auto":
+            return self.stop_via
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get(WORKSPACE_LABEL):
+            return "workspace"
+        owner = pod_owner(pod)
+        if owner and owner[0] == "StatefulSet":
+            return "statefulset"
+        return "policy"
+
+    async def _ensure_policy(self, ns: str, workspace: str, key: tuple[str, str],
+                             postcheckpoint: str) -> str:
+        name = self.policy_name or dns_name("jp", workspace)
+        want = {
+            "selector": {"matchLabels": {key[0]: key[1]}},
+            "storageConfigName": self.storage_config,
+            "triggerConfig": {"type": "manual", "postCheckpoint": postcheckpoint},
+        }
+        if self.retention:
+            want["retentionConfig"] = {"lastAccessTimeout": self.retention}
+        cur = await self._k(self.kube.get_or_none(POLICIES, name, ns))
+        if cur is None:
+            body = {"apiVersion": f"{SNAPSHOT_GROUP}/{SNAPSHOT_VERSION}",
+                    "kind": "PodSnapshotPolicy",
+                    "metadata": {"name": name, "labels": {WORKSPACE_SELECTOR_LABEL: workspace}},
+                    "spec": want}
+            try:
+                await self.kube.create(POLICIES, body, ns)
+            except KubeError as e:
+                if e.status != 409:  # created concurrently: fine, checked below next time
+                    await self._k(_raise(e))
+            return name
+        spec = cur.get("spec") or {}
+        tc = spec.get("triggerConfig") or {}
+        if tc.get("type") != "manual" or (spec.get("selector") or {}).get("matchLabels") != \
+                want["selector"]["matchLabels"]:
+            raise BackendError(
+                f"PodSnapshotPolicy {name} exists but is not a manual policy for this workspace",
+                reason="policy_mismatch",
+                hint="delete it or set c.GKEBackend.policy_name to another name")
+        return name
+
+    async def _create_trigger(self, ctx: PauseContext, ns: str, pod: dict, workspace: str) -> dict:
+        pname = pod["metadata"]["name"]
+        # A trigger for this pod that is still running (a double click, a retried flight, the
+        # GKE Workspaces add-on): join it rather than snapshot the pod twice.
+        running = await self._k(self.kube.list(
+            TRIGGERS, ns, label_selector=f"{WORKSPACE_SELECTOR_LABEL}={workspace}"))
+        for t in running.get("items") or []:
+            if (t.get("spec") or {}).get("targetPod") == pname and condition(t, "Triggered") is None \
+                    and not t["metadata"].get("deletionTimestamp"):
+                return t
+        for _ in range(3):
+            body = {
+                "apiVersion": f"{SNAPSHOT_GROUP}/{SNAPSHOT_VERSION}",
+                "kind": "PodSnapshotManualTrigger",
+                "metadata": {
+                    "name": trigger_name(workspace),
+                    "labels": {WORKSPACE_SELECTOR_LABEL: workspace},
+                    "annotations": {
+                        SPEC_HASH_ANNOTATION: distilled_spec_hash(pod),
+                        **({GPU_MODEL_ANNOTATION: g} if (g := self._gpu(pod)) else {}),
+                        **({FLIGHT_ANNOTATION: ctx.flight_id} if getattr(ctx, "flight_id", None)
+                           else {}),
+                    },
+                },
+                "spec": {"targetPod": pname},
+            }
+            try:
+                return await self.kube.create(TRIGGERS, body, ns)
+            except KubeError as e:
+                if e.status != 409:
+                    await self._k(_raise(e))
+                existing = await self._k(self.kube.get_or_none(TRIGGERS, body["metadata"]["name"],
+                                                               ns))
+                if existing and (existing.get("spec") or {}).get("targetPod") == pname and \
+                        condition(existing, "Triggered") is None:
+                    return existing
+        raise BackendError("could not create a PodSnapshotManualTrigger (name taken)",
+                           reason="trigger_conflict")
+
+    async def _wait_trigger(self, ctx: PauseContext, ns: str, name: str) -> str:
+        def done(t: dict | None) -> Any:
+            if t is None:
+                return ("deleted", None)
+            c = condition(t, "Triggered")
+            if c is None:
+                return None
+            if c.get("status") == "True":
+                snap = ((t.get("status") or {}).get("snapshotCreated") or {}).get("name")
+                return ("ok", snap) if snap else None
+            if c.get("reason") in ("Failed", "Error") or c.get("status") == "False":
+                return ("failed", f"{c.get('reason') or 'Failed'}: {c.get('message') or ''}")
+            return None
+
+        try:
+            kind, detail = await self.kube.wait_for(TRIGGERS, name, ns, done,
+                                                    timeout=self.trigger_timeout)
+        except TimeoutError:
+            raise BackendError(f"pod snapshot not triggered within {self.trigger_timeout:.0f} s "
+                               f"(trigger {name})", reason="snapshot_timeout",
+                               hint="check the policy's storage config and the GKE snapshot "
+                               "agent; the checkpoint is the way back") from None
+        except KubeError as e:
+            await self._k(_raise(e))
+        if kind == "deleted":
+            raise BackendError(f"trigger {name} was deleted before the snapshot was taken",
+                               reason="snapshot_failed")
+        if kind == "failed":
+            raise BackendError(f"pod snapshot failed: {detail.rstrip(': ')}",
+                               reason="snapshot_failed",
+                               hint="the application checkpoint is still the way back")
+        return detail
+
+    async def _wait_snapshot(self, ctx: PauseContext, ns: str, name: str) -> None:
+        ctx.progress(f"Waiting for pod snapshot {name} to be stored")
+
+        def done(s: dict | None) -> Any:
+            if s is None:
+                return ("deleted", "")
+            if is_true(s, "Ready"):
+                return ("ok", "")
+            for ctype in ("Checkpoint", "Ready"):
+                c = condition(s, ctype)
+                if c and c.get("reason") in ("Failed", "Error"):
+                    return ("failed", c.get("message") or c.get("reason"))
+            return None
+
+        def seen(s: dict | None) -> None:
+            c = condition(s, "Ready")
+            if c and c.get("reason"):
+                ctx.progress(f"Pod snapshot {name}: {c['reason']}")
+
+        try:
+            kind, detail = await self.kube.wait_for(SNAPSHOTS, name, ns, done, on_change=seen,
+                                                    timeout=self.snapshot_timeout)
+        except TimeoutError:
+            raise BackendError(f"pod snapshot {name} not Ready after {self.snapshot_timeout:.0f} s",
+                               reason="snapshot_timeout",
+                               hint="the application checkpoint is still the way back") from None
+        except KubeError as e:
+            await self._k(_raise(e))
+        if kind == "deleted":
+            raise BackendError(f"pod snapshot {name} was deleted before it was Ready",
+                               reason="snapshot_failed")
+        if kind == "failed":
+            raise BackendError(f"pod snapshot {name} failed: {detail}", reason="snapshot_failed",
+                               hint="the application checkpoint is still the way back")
+
+    async def _restored_here(self) -> bool:
+        """True when this process runs in a pod restored from the snapshot, not the paused one."""
+        p = self._pause
+        if not p.get("uid"):
+            return False
+        if p.get("woke_up"):
+            return True
+        if socket.gethostname() != p["hostname"]:
+            p["woke_up"] = True
+            return True
+        try:
+            cur = await self.kube.get_or_none(PODS, p["pod"], p["namespace"])
+        except KubeError:
+            return False
+        # A new pod carries our name (StatefulSet) or ours says PodRestored: we are the restored
+        # copy. A pod that reads as gone was deleted under us: that is not a restore.
+        if cur is not None and (cur["metadata"].get("uid") != p["uid"]
+                                or is_true(cur, "PodRestored")):
+            p["woke_up"] = True
+            return True
+        return False
+
+    def _woke_result(self, trigger: str, snap: str | None = None) -> dict[str, Any]:
+        self._pause["woke_up"] = True
+        return {"snapshot": snap, "trigger": trigger, "backend": self.name, "woke_up": True,
+                "reason": "this pod was restored from the pod snapshot during the pause"}
+
+    async def _discard(self, ns: str, trigger: str) -> None:
+        """After a failed snapshot: delete its PodSnapshots, then the trigger (best effort)."""
+        try:
+            snaps = await self.kube.list(SNAPSHOTS, ns,
+                                         label_selector=f"{TRIGGERED_BY_LABEL}={trigger}")
+            for s in snaps.get("items") or []:
+                await self.kube.delete(SNAPSHOTS, s["metadata"]["name"], ns)
+            await self.kube.delete(TRIGGERS, trigger, ns)
+        except KubeError as e:
+            self.log.warning("jupyter-pause: could not clean up trigger %s: %s", trigger, e)
+
+    async def _await_restored_condition(self, pod: dict) -> dict:
+        """PodRestored can come some seconds after the container started: wait for it a little
+        while a restore is expected (ps-name set) and the container is young."""
+        if condition(pod, "PodRestored") is not None:
+            return pod
+        expected = PS_NAME_ANNOTATION in ((pod["metadata"].get("annotations")) or {})
+        start = (pod.get("status") or {}).get("startTime")
+        if not expected or not start or self.restored_condition_wait <= 0:
+            return pod
+        started = datetime.fromisoformat(str(start).replace("Z", "+00:00"))
+        left = self.restored_condition_wait - (datetime.now(timezone.utc) - started).total_seconds()
+        if left <= 0:
+            return pod
+        try:
+            return await self.kube.wait_for(
+                PODS, pod["metadata"]["name"], pod["metadata"]["namespace"],
+                lambda p: p if p and condition(p, "PodRestored") is not None else None,
+                timeout=left)
+        except TimeoutError:
+            return pod
+
+    async def _snapshot_trigger(self, pod: dict, ns: str, workspace: str | None) -> dict | None:
+        """The trigger whose snapshot this pod was (to be) restored from."""
+        snap = ((pod["metadata"].get("annotations")) or {}).get(PS_NAME_ANNOTATION)
+        if snap:
+            s = await self.kube.get_or_none(SNAPSHOTS, snap, ns)
+            tname = (((s or {}).get("metadata") or {}).get("labels") or {}).get(TRIGGERED_BY_LABEL)
+            if tname:
+                return await self.kube.get_or_none(TRIGGERS, tname, ns)
+        if workspace is None:
+            return None
+        items = (await self.kube.list(TRIGGERS, ns, label_selector=(
+            f"{WORKSPACE_SELECTOR_LABEL}={workspace}"))).get("items") or []
+        done = [t for t in items if is_true(t, "Triggered")]
+        done.sort(key=lambda t: t["metadata"].get("creationTimestamp") or "", reverse=True)
+        return done[0] if done else None
+
+
+async def _raise(e: Exception) -> Any:
+    raise e
+

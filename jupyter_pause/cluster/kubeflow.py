@@ -1,0 +1,149 @@
+"""Kubeflow Workspaces backend (`kubeflow.org/v1beta1`, Workspace `spec.paused`).
+
+Pause, after the server wrote the application checkpoint, sets `spec.paused=true` on the own
+Workspace (found from the pod label `notebooks.kubeflow.org/workspace-name`). Plain Kubeflow then
+scales the pod away: the checkpoint is the way back. With GKE Workspaces' snapshot add-on, the same
+change becomes a pod snapshot first; its progress is the Workspace annotation
+`podsnapshot.gke.kubeflow.org/checkpoint-state` (Checkpointing -> Ready, Restoring on resume),
+which release() reports while it waits. The add-on has no branch for a failed snapshot (the
+Workspace stays "Checkpointing"), so release() gives up after `checkpoint_timeout` and says so.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from traitlets import Float
+
+from .base import BackendError, PauseContext, ResumeContext
+from .gke import GKEBackend, restore_reason
+from .kube import (
+    GKW_LAST_CHECKPOINT_ANNOTATION,
+    GKW_STATE_ANNOTATION,
+    KUBEFLOW_GROUP,
+    KUBEFLOW_VERSION,
+    WORKSPACE_LABEL,
+    WORKSPACES,
+    KubeError,
+    condition,
+)
+
+GKW_ENABLED_ANNOTATION = "podsnapshot.gke.kubeflow.org/enabled"
+
+
+class KubeflowBackend(GKEBackend):
+    """Pause = checkpoint + Workspace spec.paused; GKE Workspaces adds the pod snapshot."""
+
+    name = "kubeflow"
+
+    checkpoint_timeout = Float(1800.0, help="Seconds to follow GKE Workspaces' checkpoint-state "
+                               "before reporting the pod snapshot as failed.").tag(config=True)
+
+    async def describe(self) -> dict[str, Any]:
+        if self._described and time.monotonic() - self._described[0] < 60:
+            return self._described[1]
+        why = None
+        try:
+            kinds = {r.get("kind") for r in await self.kube.api_resources(KUBEFLOW_GROUP,
+                                                                          KUBEFLOW_VERSION)}
+            if "Workspace" not in kinds:
+                why = "Kubeflow Workspaces (kubeflow.org/v1beta1 Workspace) are not installed"
+        except KubeError as e:
+            why = ("Kubeflow Workspaces are not installed (kubeflow.org/v1beta1 is not served)"
+                   if e.status in (403, 404) else f"cannot reach the cluster: {e}")
+        except Exception as e:  # noqa: BLE001 (no kubeconfig, not in a cluster)
+            why = f"no Kubernetes access: {e}".splitlines()[0]
+        if why is None:
+            try:
+                pod = await self.own_pod()
+                if not (pod["metadata"].get("labels") or {}).get(WORKSPACE_LABEL):
+                    why = f"this pod is not a Kubeflow Workspace pod (no {WORKSPACE_LABEL} label)"
+            except BackendError as e:
+                why = str(e)
+        out = {"name": self.name, "configured": why is None, "can_pause": why is None,
+               "why_not": why}
+        self._described = (time.monotonic(), out)
+        return out
+
+    async def _workspace(self) -> tuple[str, str, dict]:
+        pod = await self.own_pod()
+        ws = (pod["metadata"].get("labels") or {}).get(WORKSPACE_LABEL)
+        if not ws:
+            raise BackendError(f"this pod has no {WORKSPACE_LABEL} label", reason="not_workspace")
+        ns = pod["metadata"]["namespace"]
+        return ws, ns, await self._k(self.kube.get(WORKSPACES, ws, ns))
+
+    @staticmethod
+    def _gkw(obj: dict) -> bool:
+        return (obj["metadata"].get("annotations") or {}).get(GKW_ENABLED_ANNOTATION) == "true"
+
+    async def snapshot(self, ctx: PauseContext) -> dict[str, Any]:
+        ws, _, obj = await self._workspace()
+        # The pod snapshot (if any) is GKE Workspaces' job, started by release() setting paused.
+        return {"skipped": True, "workspace": ws, "backend": self.name,
+                "gke_workspaces": self._gkw(obj)}
+
+    async def release(self, ctx: PauseContext) -> dict[str, Any]:
+        ws, ns, obj = await self._workspace()
+        ctx.progress(f"Pausing workspace {ws}")
+        await self._k(self.kube.patch(WORKSPACES, ws, {"spec": {"paused": True}}, ns))
+        if not self._gkw(obj):
+            return {"released": True, "stopped_via": "workspace", "owner": ws}
+        # GKE Workspaces: the webhook turns paused back to false and checkpoints first.
+        seen: list[str] = []
+
+        def done(w: dict | None) -> Any:
+            if w is None:
+                return ("gone", None)
+            ann = w["metadata"].get("annotations") or {}
+            state = ann.get(GKW_STATE_ANNOTATION)
+            if state == "Ready" and (w.get("spec") or {}).get("paused"):
+                return ("ready", ann.get(GKW_LAST_CHECKPOINT_ANNOTATION))
+            if state in ("Failed", "Error"):
+                return ("failed", state)
+            return None
+
+        def on_change(w: dict | None) -> None:
+            state = ((w or {}).get("metadata", {}).get("annotations") or {}).get(
+                GKW_STATE_ANNOTATION)
+            if state and (not seen or seen[-1] != state):
+                seen.append(state)
+                ctx.progress(f"GKE Workspaces: checkpoint-state {state}")
+
+        try:
+            kind, detail = await self.kube.wait_for(WORKSPACES, ws, ns, done, on_change=on_change,
+                                                    timeout=self.checkpoint_timeout)
+        except TimeoutError:
+            raise BackendError(
+                f"GKE Workspaces did not finish the pod snapshot of {ws} within "
+                f"{self.checkpoint_timeout:.0f} s (checkpoint-state "
+                f"{seen[-1] if seen else 'unset'})", reason="snapshot_timeout",
+                hint="the application checkpoint is the way back; check the snapshot add-on "
+                "logs") from None
+        except KubeError as e:
+            raise BackendError(str(e), reason="kubernetes") from None
+        if kind == "failed":
+            raise BackendError(f"GKE Workspaces reported checkpoint-state {detail}",
+                               reason="snapshot_failed")
+        return {"released": True, "stopped_via": "workspace", "owner": ws, "snapshot": detail,
+                "checkpoint_state": seen[-1] if seen else None}
+
+    async def restore_verdict(self) -> dict[str, Any]:
+        try:
+            _, _, obj = await self._workspace()
+            pod = await self._await_restored_condition(await self.own_pod())
+        except (BackendError, KubeError) as e:
+            return {"live": None, "reason": str(e), "snapshot": None}
+        ann = obj["metadata"].get("annotations") or {}
+        if condition(pod, "PodRestored") is None and not self._gkw(obj):
+            return {"live": False, "snapshot": None,
+                    "reason": "workspace restarted without a pod snapshot (plain Kubeflow)"}
+        trigger = await self._snapshot_trigger(pod, pod["metadata"]["namespace"], None)
+        live, why = restore_reason(pod, trigger, self._gpu(pod))
+        return {"live": live, "reason": why,
+                "snapshot": ann.get(GKW_LAST_CHECKPOINT_ANNOTATION),
+                "checkpoint_state": ann.get(GKW_STATE_ANNOTATION)}
+
+    async def restored_live(self, ctx: ResumeContext | None = None) -> bool | None:
+        return await super().restored_live(ctx)

@@ -1,0 +1,119 @@
+"""The default backend, no cluster: pause shuts the kernels down, resume starts them again.
+
+Shutting a kernel down is what frees its GPU memory on a workstation; the checkpoint written
+before is the only way back, so release() runs only after every kernel's checkpoint succeeded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from traitlets import Bool, Float
+
+from .base import Backend, BackendError, KernelRecord, PauseContext, ResumeContext
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    stop_kernels = Bool(
+        True,
+        help="Shut the kernels down at pause. False keeps them running (the process 'comes back "
+        "live' on resume, which is how the liveness check is exercised without a cluster).",
+    ).tag(config=True)
+
+    kernel_start_timeout = Float(120.0, help="Seconds to wait for a kernel to start on resume.").tag(
+        config=True
+    )
+
+    async def snapshot(self, ctx: PauseContext) -> dict[str, Any]:
+        # No process snapshot on a workstation: the application checkpoint is the way back.
+        return {"skipped": True, "snapshot": None}
+
+    async def release(self, ctx: PauseContext) -> dict[str, Any]:
+        if not self.stop_kernels:
+            return {"released": False, "stopped_kernels": []}
+        km = ctx.kernel_manager
+        stopped = []
+        for rec in ctx.kernels:
+            if rec.kernel_id in km:
+                ctx.progress(f"Stopping the kernel of {rec.label}")
+                await km.shutdown_kernel(rec.kernel_id)
+                stopped.append(rec.kernel_id)
+        return {"released": True, "stopped_kernels": stopped}
+
+    async def resume(self, ctx: ResumeContext) -> dict[str, Any]:
+        started = []
+        for rec in ctx.kernels:
+            kid = await self._kernel_for(ctx, rec)
+            if kid is None:
+                ctx.progress(f"Starting a kernel for {rec.label}")
+                kid = await asyncio.wait_for(self._start(ctx, rec), self.kernel_start_timeout)
+                started.append(kid)
+            ctx.kernel_map[rec.kernel_id] = kid
+        return {"started_kernels": started}
+
+    async def attach(self, ctx: ResumeContext) -> None:
+        """Point each recorded session at its kernel, so JupyterLab reconnects (after restore)."""
+        sm = ctx.session_manager
+        for rec in ctx.kernels:
+            if not rec.path or rec.kernel_id not in ctx.kernel_map:
+                continue
+            kid = ctx.kernel_map[rec.kernel_id]
+            current = await _session_for_path(sm, rec.path)
+            if current is not None:
+                if current["kernel"]["id"] != kid:
+                    await sm.update_session(current["id"], kernel_id=kid)
+                continue
+            sid = rec.session_id or str(uuid.uuid4())
+            if await _session_exists(sm, sid):
+                sid = str(uuid.uuid4())
+            # The same session id lets an open JupyterLab pick the new kernel up on its next poll;
+            # a reloaded page POSTs /api/sessions for the path and gets this session back.
+            await sm.save_session(
+                sid, path=rec.path, name=rec.session_name or rec.path,
+                type=rec.session_type or "notebook", kernel_id=kid,
+            )
+
+    async def _kernel_for(self, ctx: ResumeContext, rec: KernelRecord) -> str | None:
+        """A kernel that already serves this notebook: the recorded one, or one opened since."""
+        km = ctx.kernel_manager
+        if rec.kernel_id in km:
+            return rec.kernel_id
+        if rec.path:
+            current = await _session_for_path(ctx.session_manager, rec.path)
+            if current is not None and current["kernel"]["id"] in km:
+                return current["kernel"]["id"]
+        return None
+
+    async def _start(self, ctx: ResumeContext, rec: KernelRecord) -> str:
+        sm = ctx.session_manager
+        try:
+            if rec.path:
+                return await sm.start_kernel_for_session(
+                    rec.session_id or str(uuid.uuid4()), rec.path,
+                    rec.session_name or rec.path, rec.session_type or "notebook", rec.kernel_name,
+                )
+            return await ctx.kernel_manager.start_kernel(kernel_name=rec.kernel_name)
+        except Exception as e:  # a missing kernelspec, a crash at start
+            raise BackendError(
+                f"could not start a {rec.kernel_name!r} kernel for {rec.label}: {e}",
+                reason="kernel_start",
+            ) from e
+
+
+async def _session_for_path(sm: Any, path: str) -> dict | None:
+    for model in await sm.list_sessions():
+        if model.get("path") == path and model.get("kernel"):
+            return model
+    return None
+
+
+async def _session_exists(sm: Any, session_id: str) -> bool:
+    try:
+        await sm.get_session(session_id=session_id)
+        return True
+    except Exception:
+        return False

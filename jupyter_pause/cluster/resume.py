@@ -1,0 +1,271 @@
+"""Resume a paused workspace from outside its pod (the CLI, a portal, a controller).
+
+`resume_workspace()` sets the workspace running again (Kubeflow Workspace `spec.paused=false`,
+StatefulSet replicas 1, or a Completed bare pod re-created with `podsnapshot.gke.io/ps-name`) and
+follows the pod: waiting for capacity (with the scheduler's reason) -> scheduled -> running ->
+restored live or cold-started. The notebook server in the pod then verifies the kernels and
+restores from the checkpoint by itself when the live state did not come back.
+
+Only one resume acts at a time: it holds a lease annotation on the workspace object, taken with a
+resourceVersion precondition, so a concurrent resume gets 409 Conflict, sees the lease and joins
+(follows the same pod) instead of starting a second restore.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .kube import (
+    LEASE_ANNOTATION,
+    PODS,
+    PS_NAME_ANNOTATION,
+    SNAPSHOTS,
+    STATEFULSETS,
+    TRIGGERS,
+    WORKSPACE_LABEL,
+    WORKSPACE_SELECTOR_LABEL,
+    WORKSPACES,
+    Kube,
+    KubeError,
+    Res,
+    condition,
+    is_true,
+)
+
+FINAL_STATES = {"restored_live", "cold_started", "started", "failed"}
+
+
+def _holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{time.monotonic_ns() % 10**9}"
+
+
+async def locate(kube: Kube, ns: str, workspace: str) -> tuple[str, Res, dict]:
+    """("workspace" | "statefulset" | "pod", resource, object) for the name, in that order."""
+    for kind, res in (("workspace", WORKSPACES), ("statefulset", STATEFULSETS), ("pod", PODS)):
+        try:
+            obj = await kube.get_or_none(res, workspace, ns)
+        except KubeError as e:
+            if e.status in (403, 404) and kind == "workspace":  # Kubeflow not installed / allowed
+                continue
+            raise
+        if obj is not None:
+            return kind, res, obj
+    raise KubeError(f"no Workspace, StatefulSet or Pod named {workspace!r} in namespace {ns}", 404)
+
+
+async def acquire_lease(kube: Kube, res: Res, ns: str, name: str, holder: str,
+                        ttl: float) -> tuple[bool, str | None]:
+    """(True, None) when we hold the lease; (False, other holder) when another resume does."""
+    for _ in range(10):
+        obj = await kube.get(res, name, ns)
+        ann = obj["metadata"].get("annotations") or {}
+        try:
+            cur = json.loads(ann[LEASE_ANNOTATION]) if LEASE_ANNOTATION in ann else None
+        except ValueError:
+            cur = None
+        if cur and cur.get("holder") != holder and float(cur.get("expires", 0)) > time.time():
+            return False, cur.get("holder")
+        lease = json.dumps({"holder": holder, "expires": round(time.time() + ttl, 3)})
+        try:
+            await kube.patch(res, name, {"metadata": {
+                "resourceVersion": obj["metadata"]["resourceVersion"],
+                "annotations": {LEASE_ANNOTATION: lease}}}, ns)
+            return True, None
+        except KubeError as e:
+            if e.status != 409:  # 409: someone changed it meanwhile; look again
+                raise
+    raise KubeError(f"could not take the resume lease on {name} (too many conflicts)", 409)
+
+
+async def release_lease(kube: Kube, res: Res, ns: str, name: str, holder: str) -> None:
+    try:
+        obj = await kube.get_or_none(res, name, ns)
+        ann = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+        if obj and holder in (ann.get(LEASE_ANNOTATION) or ""):
+            await kube.patch(res, name, {"metadata": {
+                "resourceVersion": obj["metadata"]["resourceVersion"],
+                "annotations": {LEASE_ANNOTATION: None}}}, ns)
+    except KubeError:
+        pass  # it expires by itself
+
+
+async def latest_ready_snapshot(kube: Kube, ns: str, workspace: str) -> str | None:
+    triggers = (await kube.list(TRIGGERS, ns, label_selector=(
+        f"{WORKSPACE_SELECTOR_LABEL}={workspace}"))).get("items") or []
+    triggers.sort(key=lambda t: t["metadata"].get("creationTimestamp") or "", reverse=True)
+    for t in triggers:
+        name = ((t.get("status") or {}).get("snapshotCreated") or {}).get("name")
+        if name:
+            snap = await kube.get_or_none(SNAPSHOTS, name, ns)
+            if snap and is_true(snap, "Ready") and not snap["metadata"].get("deletionTimestamp"):
+                return name
+    return None
+
+
+def pod_state(pod: dict | None) -> tuple[str, str | None]:
+    """What the pod is doing, as (state, reason)."""
+    if pod is None:
+        return "starting", "waiting for the pod to be created"
+    meta, st = pod["metadata"], pod.get("status") or {}
+    if meta.get("deletionTimestamp"):
+        return "stopping", "the previous pod is terminating"
+    sched = condition(pod, "PodScheduled")
+    if sched and sched.get("status") == "False" and sched.get("reason") == "Unschedulable":
+        return "waiting_for_capacity", sched.get("message") or "no node with free capacity"
+    phase = st.get("phase")
+    if phase == "Failed":
+        return "failed", st.get("message") or st.get("reason") or "the pod failed"
+    if phase == "Running" and is_true(pod, "Ready"):
+        restored = condition(pod, "PodRestored")
+        if restored is not None and restored.get("status") == "True":
+            return "restored_live", restored.get("message") or None
+        if restored is not None:
+            detail = ": ".join(x for x in (restored.get("reason"), restored.get("message")) if x)
+            return "cold_started", f"pod restore failed ({detail})"
+        return "running", None
+    if (pod.get("spec") or {}).get("nodeName"):
+        return "scheduled", (pod.get("spec") or {}).get("nodeName")
+    return "pending", None
+
+
+async def _restore_expected(kube: Kube, ns: str, pod: dict) -> bool:
+    """Is GKE supposed to restore this pod: ps-name pinned, or a Ready snapshot of it exists?"""
+    from .gke import workspace_key
+
+    if PS_NAME_ANNOTATION in (pod["metadata"].get("annotations") or {}):
+        return True
+    key = workspace_key(pod)
+    try:
+        return bool(key and await latest_ready_snapshot(kube, ns, key[1]))
+    except KubeError:
+        return False
+
+
+async def _find_pod(kube: Kube, kind: str, ns: str, name: str, obj: dict) -> dict | None:
+    if kind == "workspace":
+        items = (await kube.list(PODS, ns, label_selector=f"{WORKSPACE_LABEL}={name}")
+                 ).get("items") or []
+        live = [p for p in items if not p["metadata"].get("deletionTimestamp")]
+        return (live or items or [None])[0]
+    pod_name = f"{name}-0" if kind == "statefulset" else name
+    return await kube.get_or_none(PODS, pod_name, ns)
+
+
+async def _start(kube: Kube, kind: str, res: Res, ns: str, name: str, obj: dict,
+                 say: Callable[[str, str | None], None]) -> str | None:
+    """Set the workspace running; returns the snapshot pinned (bare pods) if any."""
+    if kind == "workspace":
+        if (obj.get("spec") or {}).get("paused"):
+            await kube.patch(res, name, {"spec": {"paused": False}}, ns)
+            say("resuming", "workspace set to running (spec.paused=false)")
+        return None
+    if kind == "statefulset":
+        if not (obj.get("spec") or {}).get("replicas"):
+            await kube.patch(res, name, {"spec": {"replicas": 1}}, ns)
+            say("resuming", "StatefulSet scaled to 1")
+        return None
+    phase = (obj.get("status") or {}).get("phase")
+    if phase not in ("Succeeded", "Failed"):
+        return None  # running or starting already: follow it
+    labels = obj["metadata"].get("labels") or {}
+    ws = labels.get(WORKSPACE_SELECTOR_LABEL) or name
+    snap = await latest_ready_snapshot(kube, ns, ws)
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": labels,
+                         "annotations": {k: v for k, v in (obj["metadata"].get("annotations")
+                                                           or {}).items()
+                                         if k not in (PS_NAME_ANNOTATION, LEASE_ANNOTATION)}},
+            "spec": {k: v for k, v in obj["spec"].items() if k != "nodeName"}}
+    if snap:
+        body["metadata"]["annotations"][PS_NAME_ANNOTATION] = snap
+    # Delete exactly the stopped pod we read (uid precondition), never a pod another resume made.
+    await kube.delete(PODS, name, ns, uid=obj["metadata"]["uid"])
+    deadline = time.monotonic() + 120
+    while await kube.get_or_none(PODS, name, ns) is not None:
+        if time.monotonic() > deadline:
+            raise KubeError(f"the stopped pod {name} is not going away", 0)
+        await asyncio.sleep(0.2)
+    await kube.create(PODS, body, ns)
+    say("resuming", f"pod re-created from snapshot {snap}" if snap else
+        "pod re-created (no Ready pod snapshot: it starts cold)")
+    return snap
+
+
+async def resume_workspace(kube: Kube, namespace: str, workspace: str, *,
+                           on_update: Callable[[dict], None] | None = None,
+                           timeout: float = 3600.0, poll: float = 1.0,
+                           restored_condition_wait: float = 30.0, lease_ttl: float = 900.0,
+                           holder: str | None = None) -> dict[str, Any]:
+    """Bring the workspace back and follow its pod until it is restored live or cold-started.
+
+    Returns {"state", "reason", "pod", "node", "joined", "kind"}; `state` is one of
+    restored_live | cold_started | started | failed, or "timeout" when `timeout` ran out (the
+    resume goes on in the cluster).
+    """
+    holder = holder or _holder()
+    last: tuple[str, str | None] | None = None
+    info: dict[str, Any] = {"pod": None, "node": None}
+
+    def say(state: str, reason: str | None) -> None:
+        nonlocal last
+        if (state, reason) != last:
+            last = (state, reason)
+            if on_update:
+                on_update({"state": state, "reason": reason, **info})
+
+    kind, res, obj = await locate(kube, namespace, workspace)
+    owned = False
+    joined_holder = None
+    if kind != "pod":
+        owned, joined_holder = await acquire_lease(kube, res, namespace, workspace, holder,
+                                                   lease_ttl)
+    try:
+        if kind == "pod" or owned:
+            try:
+                await _start(kube, kind, res, namespace, workspace,
+                             await kube.get(res, workspace, namespace), say)
+            except KubeError as e:
+                if e.status not in (404, 409):  # 404/409: another resume re-created it first
+                    raise
+                joined_holder = "another resume"
+        else:
+            say("joined", f"another resume is in progress ({joined_holder}); following it")
+        deadline = time.monotonic() + timeout
+        ready_since: float | None = None
+        expected: bool | None = None
+        while True:
+            pod = await _find_pod(kube, kind, namespace, workspace, obj)
+            state, reason = pod_state(pod)
+            info["pod"] = (pod or {}).get("metadata", {}).get("name")
+            info["node"] = ((pod or {}).get("spec") or {}).get("nodeName")
+            if state == "running":
+                # PodRestored can come a little after Ready; give it a moment when a restore
+                # was asked for (ps-name) or a Ready snapshot of this workspace exists.
+                if expected is None:
+                    expected = await _restore_expected(kube, namespace, pod)
+                ready_since = ready_since or time.monotonic()
+                if not expected or time.monotonic() - ready_since >= restored_condition_wait:
+                    if expected:
+                        state, reason = "cold_started", ("no PodRestored condition: GKE started "
+                                                         "the pod cold; the server restores "
+                                                         "from the checkpoint")
+                    else:
+                        state, reason = "started", ("the pod started without a pod snapshot; "
+                                                    "the server restores from the checkpoint")
+            say(state, reason)
+            if state in FINAL_STATES:
+                return {"state": state, "reason": reason, **info, "kind": kind,
+                        "joined": not owned and kind != "pod" or joined_holder is not None}
+            if time.monotonic() >= deadline:
+                return {"state": "timeout", "reason": f"still {state}: {reason}", **info,
+                        "kind": kind, "joined": not owned}
+            await asyncio.sleep(poll)
+    finally:
+        if owned:
+            await release_lease(kube, res, namespace, workspace, holder)

@@ -1,0 +1,254 @@
+"""What the Jupyter server runs inside a kernel (by silent execution).
+
+Protocol (implemented for the server by :func:`jupyter_pause.kernel.client.call_bridge`)
+--------------------------------------------------------------------------------------------
+
+1. The server sends ONE ``execute_request`` with ``silent=True, store_history=False,
+   stop_on_error=False, allow_stdin=False`` and::
+
+       code = "__import__('jupyter_pause.kernel.bridge', fromlist=['_']).call(%r, %r)" % (
+           func, json.dumps(kwargs))
+       user_expressions = {
+           "jupyter_pause": "__import__('jupyter_pause.kernel.bridge', fromlist=['_']).last_result()"}
+
+   ``func`` is one of ``checkpoint``, ``restore``, ``liveness``, ``recompute``; ``kwargs`` are
+   that function's keyword arguments as JSON. The code is a single expression: it binds no name
+   in the user's namespace, and silent execution adds nothing to the history or ``Out``, does not
+   bump the execution count and fires no ``pre/post_run_cell`` hooks.
+
+2. The reply's ``content["user_expressions"]["jupyter_pause"]`` is
+   ``{"status": "ok", "data": {"text/plain": "<JSON>"}}``; ``json.loads`` of that text is the
+   result dict. If the status of the reply or of the expression is ``"error"`` (e.g.
+   ``ModuleNotFoundError``: jupyter_pause is not installed in the kernel's environment), the call
+   failed as a whole; ``ename``/``evalue`` say why.
+
+3. While it works, ``checkpoint`` and ``restore`` print progress lines on stdout (iopub
+   ``stream`` messages whose ``parent_header.msg_id`` is the request's)::
+
+       JUPYTER_PAUSE_PROGRESS {"done": 1048576, "total": 8388608}
+
+   throttled to about 5 per second, the last one with ``done == total``. Other stdout text (e.g.
+   from a recomputed cell) may be interleaved; a ``stream`` message may hold several lines or
+   part of one, so split on newlines across messages.
+
+Results (every function returns a JSON string and never raises)::
+
+    checkpoint -> {"ok": true, "checkpoint_id", "bytes_written", "bytes_total", "variables",
+                   "pid", "token", "warnings": []} | {"ok": false, "error": "one line"}
+    restore    -> {"ok": true, "checkpoint_id", "variables", "warnings", "modules"} | {"ok": false, ...}
+    liveness   -> {"ok": true, "token": str|None, "pid", "armed_at", "never_pause": bool,
+                   "restored": null | {"checkpoint_id", "at", "by"}, "provenance": bool}
+    recompute  -> {"ok": true, "variables": [...]} | {"ok": false, "error"}
+
+``variables`` rows: ``{"name", "kind", "size", "status", "reason", "cell", "recomputable"}``.
+``liveness()["restored"]`` is set once this process was rebuilt from a checkpoint (by the
+server's ``restore``, ``%restore`` or ``%resume``): the server must then NOT restore it again,
+and must not call it live either (``token`` stays None unless a pause armed it in this process).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from . import liveness as _liveness
+from . import namespace, ops, provenance
+from .progress import StdoutProgress
+
+log = logging.getLogger(__name__)
+
+_last: str | None = None
+
+
+class _Result:
+    """Displayed as its raw JSON text, so ``user_expressions`` carries plain JSON."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(self.text)
+
+
+def _ip() -> Any:
+    from IPython import get_ipython
+
+    ip = get_ipython()
+    if ip is None:
+        raise ops.OpError("not running inside IPython")
+    return ip
+
+
+def _ok(**fields: Any) -> str:
+    return json.dumps({"ok": True, **fields}, default=str)
+
+
+def _fail(e: BaseException) -> str:
+    log.debug("jupyter-pause bridge call failed", exc_info=e)
+    return json.dumps({"ok": False, "error": ops.one_line(e)})
+
+
+def checkpoint(
+    store_url: str | None = None,
+    key_path: str | None = None,
+    stream: str | None = None,
+    token: str | None = None,
+    meta: dict[str, Any] | None = None,
+    keep: int | None = 5,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
+    max_size: int | None = None,
+) -> str:
+    """Arm the liveness token (memory only), then write a checkpoint of the user's variables."""
+    try:
+        ip = _ip()
+        provenance.install(ip)  # the server calls this on kernels that never ran %load_ext
+        if token is not None:
+            _liveness.arm(token)
+        res = ops.do_checkpoint(
+            ip,
+            store_url=store_url,
+            key_path=key_path,
+            stream=stream or namespace.default_stream(),
+            include=include,
+            exclude=exclude,
+            max_size=max_size,
+            keep=keep,
+            token=token,
+            meta={"trigger": "server", **dict(meta or {})},
+            progress=StdoutProgress(),
+        )
+        return _ok(
+            checkpoint_id=res.checkpoint_id,
+            bytes_written=res.bytes_written,
+            bytes_total=res.bytes_total,
+            variables=[ops.variable_dict(v) for v in res.variables],
+            pid=_liveness.state()["pid"],
+            token=_liveness.token(),
+            warnings=list(getattr(res, "warnings", []) or []),
+        )
+    except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt too: always answer
+        return _fail(e)
+
+
+def restore(
+    store_url: str | None = None,
+    key_path: str | None = None,
+    stream: str | None = None,
+    checkpoint_id: str | None = None,
+    device: str = "auto",
+    only: list[str] | None = None,
+) -> str:
+    """Read a checkpoint and merge it into the namespace only after everything was read."""
+    try:
+        out = ops.do_restore(
+            _ip(),
+            store_url=store_url,
+            key_path=key_path,
+            stream=stream or namespace.default_stream(),
+            checkpoint_id=checkpoint_id,
+            device=device,
+            only=only,
+            progress=StdoutProgress(),
+            by="server",
+        )
+        return _ok(
+            checkpoint_id=out.checkpoint_id,
+            variables=out.variables,
+            warnings=out.warnings,
+            modules=out.modules,
+        )
+    except BaseException as e:  # noqa: BLE001
+        return _fail(e)
+
+
+def liveness() -> str:
+    try:
+        state = _liveness.state()
+        try:
+            state["provenance"] = provenance.get(_ip()) is not None
+        except ops.OpError:
+            state["provenance"] = False
+        return _ok(**state)
+    except BaseException as e:  # noqa: BLE001
+        return _fail(e)
+
+
+def recompute(names: list[str] | None = None) -> str:
+    """Re-run the recorded cells of variables the last restore could not bring back.
+
+    Uses the provenance of the last restore in this process; names with no such record fall back
+    to this kernel's own provenance (cells run since it started)."""
+    try:
+        ip = _ip()
+        rows = list(ops.last_restored_variables or [])
+        known = {r["name"] for r in rows}
+        prov = provenance.install(ip)
+        for name in names or []:
+            if name not in known and name in prov.cells:
+                rows.append(
+                    {
+                        "name": name,
+                        "kind": None,
+                        "size": None,
+                        "status": "failed",
+                        "reason": "not restored",
+                        "cell": prov.cells[name],
+                        "recomputable": True,
+                    }
+                )
+        unknown = [n for n in names or [] if n not in known and n not in prov.cells]
+        result = ops.recompute(ip, rows, names, silent=True)
+        wanted = set(names) if names is not None else None
+        rows_out = [r for r in result if wanted is None or r["name"] in wanted]
+        rows_out += [
+            {
+                "name": n,
+                "kind": None,
+                "size": None,
+                "status": "failed",
+                "reason": "no recorded cell defines it",
+                "cell": None,
+                "recomputable": False,
+            }
+            for n in unknown
+        ]
+        return _ok(variables=rows_out)
+    except BaseException as e:  # noqa: BLE001
+        return _fail(e)
+
+
+_FUNCS = {
+    "checkpoint": checkpoint,
+    "restore": restore,
+    "liveness": liveness,
+    "recompute": recompute,
+}
+
+
+def call(func: str, kwargs_json: str = "{}") -> None:
+    """Entry point of the silent execution: run ``func(**json.loads(kwargs_json))``; the JSON
+    result is kept for :func:`last_result` (read through ``user_expressions``)."""
+    global _last
+    _last = None
+    try:
+        fn = _FUNCS[func]
+        kwargs = json.loads(kwargs_json or "{}")
+        if not isinstance(kwargs, dict):
+            raise TypeError("arguments must be a JSON object")
+        _last = fn(**kwargs)
+    except BaseException as e:  # noqa: BLE001 - unknown function, bad arguments
+        if isinstance(e, KeyError):
+            e = ops.OpError(f"unknown bridge function {func!r}")
+        _last = _fail(e)
+
+
+def last_result() -> _Result:
+    """The JSON of the last :func:`call` (evaluated as a user expression right after it)."""
+    return _Result(
+        _last if _last is not None else json.dumps({"ok": False, "error": "no bridge call ran"})
+    )

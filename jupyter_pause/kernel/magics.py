@@ -1,0 +1,244 @@
+"""``%checkpoint``, ``%restore``, ``%pause`` and ``%resume``.
+
+Every failure ends as one ``UsageError`` line in the notebook (IPython shows those without a
+traceback and marks the cell as failed, so "Run All" stops), and leaves the namespace untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.display import display
+
+from . import args, liveness, namespace, ops, provenance, server_api
+from .progress import NotebookProgress
+from .report import Report, fmt_size
+
+log = logging.getLogger(__name__)
+
+
+def _one_line_errors(name: str) -> Callable:
+    """Turn anything a magic raises into one UsageError line."""
+
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def inner(self: Any, line: str = "") -> Any:
+            try:
+                return fn(self, line)
+            except args.HelpShown:
+                return None
+            except UsageError:
+                raise
+            except KeyboardInterrupt:
+                raise UsageError(f"%{name} interrupted; nothing was changed") from None
+            except server_api.ServerError as e:
+                raise UsageError(f"%{name}: {e}") from None
+            except Exception as e:
+                log.debug("%%%s failed", name, exc_info=True)
+                raise UsageError(f"%{name} failed: {ops.one_line(e)}") from None
+
+        return inner
+
+    return wrap
+
+
+def _summary(rows: list[dict[str, Any]]) -> str:
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    order = ["saved", "restored", "recomputed", "live", "skipped", "stale", "failed"]
+    parts = [f"{counts[s]} {s}" for s in order if counts.get(s)]
+    parts += [f"{n} {s}" for s, n in counts.items() if s not in order]
+    return ", ".join(parts) or "no variables"
+
+
+@magics_class
+class PauseMagics(Magics):
+    @line_magic
+    @_one_line_errors("checkpoint")
+    def checkpoint(self, line: str = "") -> None:
+        """%checkpoint [--to PATH_OR_URL] [--include NAMES] [--exclude NAMES] [--max-size SIZE]"""
+        opts = args.parse(args.checkpoint_parser(), line)
+        stream = opts.stream or namespace.default_stream()
+        bar = NotebookProgress("Checkpointing")
+        try:
+            res = ops.do_checkpoint(
+                self.shell,
+                store_url=opts.store or namespace.default_store_url(),
+                key_path=namespace.default_key_path(),
+                stream=stream,
+                include=opts.include,
+                exclude=opts.exclude,
+                max_size=opts.max_size,
+                keep=opts.keep if opts.keep is not None else ...,
+                token=liveness.token(),
+                meta={"trigger": "magic"},
+                progress=bar,
+            )
+        except BaseException:
+            bar.finish("Checkpoint failed; the previous checkpoint is unchanged.")
+            raise
+        rows = Report("", res.variables).rows
+        bar.finish(
+            f"Checkpoint written in {bar.elapsed():.1f} s: "
+            f"{fmt_size(res.bytes_written)} written, {fmt_size(res.bytes_total)} in total."
+        )
+        notes = []
+        if any(r["status"] in ("skipped", "stale") and r["recomputable"] for r in rows):
+            notes.append(
+                "Skipped variables can be rebuilt after a restore with "
+                "%restore --recompute (re-runs the cells that defined them)."
+            )
+        display(
+            Report(f"Checkpoint {res.checkpoint_id} of {stream}: {_summary(rows)}", rows, notes)
+        )
+
+    @line_magic
+    @_one_line_errors("restore")
+    def restore(self, line: str = "") -> None:
+        """%restore [--from PATH_OR_URL] [--device auto|cpu|cuda:N] [--only NAMES] [--recompute]"""
+        opts = args.parse(args.restore_parser(), line)
+        self._restore(
+            opts.store,
+            opts.stream,
+            opts.checkpoint_id,
+            opts.device,
+            opts.only,
+            opts.recompute,
+            by="magic",
+        )
+
+    def _restore(
+        self,
+        store: str | None,
+        stream: str | None,
+        checkpoint_id: str | None,
+        device: str,
+        only: list[str] | None,
+        recompute: bool,
+        by: str,
+        title_prefix: str = "Restored",
+    ) -> ops.Restored:
+        stream = stream or namespace.default_stream()
+        bar = NotebookProgress("Restoring")
+        try:
+            out = ops.do_restore(
+                self.shell,
+                store_url=store or namespace.default_store_url(),
+                key_path=namespace.default_key_path(),
+                stream=stream,
+                checkpoint_id=checkpoint_id,
+                device=device,
+                only=only,
+                progress=bar,
+                by=by,
+            )
+        except BaseException:
+            bar.finish("Restore failed; no variable was changed.")
+            raise
+        nbytes = getattr(out.result, "bytes_read", None) or bar.total or bar.done
+        bar.finish(f"Read {fmt_size(nbytes)} in {bar.elapsed():.1f} s.")
+        rows = out.variables
+        if recompute:
+            rows = ops.recompute(self.shell, rows, None)
+        notes = [f"warning: {w}" for w in out.warnings]
+        if out.modules:
+            notes.append("re-imported: " + ", ".join(out.modules))
+        pending = [r["name"] for r in rows if r["recomputable"]]
+        if pending and not recompute:
+            notes.append(
+                f"{', '.join(pending)}: not stored; %restore --recompute re-runs the "
+                "cells that defined them."
+            )
+        display(
+            Report(f"{title_prefix} {out.checkpoint_id} of {stream}: {_summary(rows)}", rows, notes)
+        )
+        return out
+
+    @line_magic
+    @_one_line_errors("pause")
+    def pause(self, line: str = "") -> None:
+        """%pause [--never | --allow]: pause the workspace through the Jupyter server."""
+        opts = args.parse(args.pause_parser(), line)
+        if opts.never or opts.allow:
+            liveness.set_never_pause(opts.never)
+            print(
+                "This kernel will "
+                + (
+                    "never be paused automatically (%pause --allow undoes it)."
+                    if opts.never
+                    else "be paused automatically again when idle."
+                )
+            )
+            return
+        server = server_api.find_server()
+        _, payload = server_api.request(
+            server, "POST", "pause", {"trigger": "magic", "interrupt": False}
+        )
+        flight = payload.get("flight") or {}
+        print(
+            "Pause requested"
+            + (f" (flight {flight['id']})" if flight.get("id") else "")
+            + ": the server checkpoints this kernel as soon as this cell finishes, then frees "
+            "the accelerator. Use %resume or the Resume button to come back."
+        )
+
+    @line_magic
+    @_one_line_errors("resume")
+    def resume(self, line: str = "") -> None:
+        """%resume: resume the workspace; a fresh kernel restores its state from the checkpoint."""
+        opts = args.parse(args.resume_parser(), line)
+        server = server_api.find_server()
+        if liveness.token() is not None:
+            server_api.request(server, "POST", "resume", {"trigger": "magic"})
+            print(
+                "This kernel is the live one: it kept its state through the pause; nothing to "
+                "restore."
+            )
+            return
+        already = liveness.restored()
+        if already:
+            server_api.request(server, "POST", "resume", {"trigger": "magic"})
+            print(f"This kernel was already restored from checkpoint {already['checkpoint_id']}.")
+            return
+        server_api.request(server, "POST", "resume", {"trigger": "magic"})
+        # The server cannot restore this kernel while this cell runs (its request would queue
+        # behind it), so the restore happens here; liveness() then reports it as restored.
+        self._restore(
+            None,
+            None,
+            None,
+            opts.device,
+            None,
+            opts.recompute,
+            by="resume",
+            title_prefix="Resumed: this is a fresh kernel, restored",
+        )
+
+
+_magics: PauseMagics | None = None
+
+
+def load(ip: Any) -> None:
+    """Register the magics and the provenance hooks (``%load_ext jupyter_pause``)."""
+    global _magics
+    provenance.install(ip)
+    if _magics is None or _magics.shell is not ip:
+        _magics = PauseMagics(ip)
+    ip.register_magics(_magics)
+
+
+def unload(ip: Any) -> None:
+    global _magics
+    provenance.uninstall(ip)
+    line_magics = ip.magics_manager.magics.get("line", {})
+    for name in ("checkpoint", "restore", "pause", "resume"):
+        fn = line_magics.get(name)
+        if getattr(fn, "__self__", None) is _magics:
+            del line_magics[name]
+    _magics = None

@@ -1,0 +1,306 @@
+"""Checkpoint, restore and recompute as the magics and the bridge both run them.
+
+Every failure leaves the namespace as it was: ``read`` returns values and only after it returned
+without error are they merged into ``user_ns``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from . import liveness, namespace, provenance
+from .report import variable_dict
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[[int, int], None]
+_RECOMPUTABLE = ("skipped", "stale", "failed")
+_GONE = object()
+PENDING_KEY = "not_restored"  # manifest meta: variables still missing since an earlier restore
+
+
+class OpError(Exception):
+    """A failure to show as one line (``str(e)``)."""
+
+
+def one_line(exc: BaseException) -> str:
+    """A person-readable single line for any exception (CheckpointError's str() already is)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        text = exc.strerror + (f": {exc.filename}" if exc.filename else "")
+    else:
+        text = str(exc) or type(exc).__name__
+        if not _is_checkpoint_error(exc) and not isinstance(exc, OpError):
+            text = f"{type(exc).__name__}: {text}"
+    text = " ".join(text.split())  # one line, whatever the exception's text looked like
+    return text if len(text) <= 400 else text[:397] + "..."
+
+
+def _is_checkpoint_error(exc: BaseException) -> bool:
+    try:
+        from jupyter_pause.checkpoint import CheckpointError
+    except ImportError:
+        return False
+    return isinstance(exc, CheckpointError)
+
+
+def _api() -> Any:
+    try:
+        from jupyter_pause import checkpoint as cp
+    except ImportError as e:  # pragma: no cover - broken install
+        raise OpError(f"the checkpoint engine cannot be imported ({e})") from e
+    missing = [
+        n for n in ("write", "read", "open_store", "load_or_create_key") if not hasattr(cp, n)
+    ]
+    if missing:
+        raise OpError(f"the checkpoint engine is not available (missing {', '.join(missing)})")
+    return cp
+
+
+# One change-detection cache per kernel process and store: a cache says "unchanged, reuse blob X",
+# which is only true for the store X was written to.
+_caches: dict[str, Any] = {}
+_caches_lock = threading.Lock()
+
+
+def _cache_for(cp: Any, store_url: str | None) -> Any:
+    factory = getattr(cp, "WriteCache", None)
+    if factory is None:
+        return None
+    with _caches_lock:
+        key = store_url or ""
+        if key not in _caches:
+            _caches[key] = factory()
+        return _caches[key]
+
+
+def _manifest_field(manifest: Any, name: str, default: Any = None) -> Any:
+    if isinstance(manifest, Mapping):
+        return manifest.get(name, default)
+    return getattr(manifest, name, default)
+
+
+def do_checkpoint(
+    ip: Any,
+    *,
+    store_url: str | None,
+    key_path: str | None,
+    stream: str,
+    include: Iterable[str] | None = None,
+    exclude: Iterable[str] | None = None,
+    max_size: int | None = None,
+    keep: Any = ...,  # ... = the engine's default retention
+    token: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+    progress: ProgressFn | None = None,
+) -> Any:
+    """Write a checkpoint of the user's variables; returns the engine's ``WriteResult``."""
+    cp = _api()
+    prov = provenance.install(ip)
+    ns = namespace.user_variables(ip)
+    include = list(include) if include is not None else None
+    if include is not None:
+        unknown = [n for n in include if n not in ns]
+        if unknown:
+            raise OpError(f"no variable named {', '.join(unknown)} in this kernel")
+    store = cp.open_store(store_url)
+    key = cp.load_or_create_key(key_path)
+    full_meta = {
+        "modules": namespace.module_aliases(ip),
+        "kernel_pid": os.getpid(),
+        PENDING_KEY: {n: c for n, c in prov.pending.items() if n not in ns},
+        **dict(meta or {}),
+    }
+    kwargs: dict[str, Any] = {}
+    if keep is not ...:
+        kwargs["keep"] = keep
+    return cp.write(
+        ns,
+        store,
+        key=key,
+        stream=stream,
+        include=include,
+        exclude=list(exclude) if exclude is not None else None,
+        max_size=max_size,
+        provenance=prov.snapshot(ns),
+        liveness={"token": token, "pid": os.getpid()},
+        meta=full_meta,
+        progress=progress,
+        cache=_cache_for(cp, store_url),
+        **kwargs,
+    )
+
+
+class Restored:
+    """What a restore did: the engine's ReadResult plus what the kernel side added."""
+
+    def __init__(self, rr: Any, modules: list[str], missing_modules: list[str]) -> None:
+        self.result = rr
+        self.checkpoint_id = _manifest_field(rr.manifest, "id")
+        self.variables = [variable_dict(v) for v in rr.variables]
+        self.warnings = list(getattr(rr, "warnings", []) or [])
+        self.modules = modules
+        if missing_modules:
+            self.warnings.append("modules not importable here: " + ", ".join(missing_modules))
+
+
+# The last restore's variable reports, for bridge.recompute() called later by the server.
+last_restored_variables: list[dict[str, Any]] | None = None
+
+
+def do_restore(
+    ip: Any,
+    *,
+    store_url: str | None,
+    key_path: str | None,
+    stream: str,
+    checkpoint_id: str | None = None,
+    device: str = "auto",
+    only: Iterable[str] | None = None,
+    progress: ProgressFn | None = None,
+    by: str = "magic",
+) -> Restored:
+    """Read a checkpoint, then (and only then) merge its values into ``user_ns``."""
+    global last_restored_variables
+    cp = _api()
+    prov = provenance.install(ip)
+    store = cp.open_store(store_url)
+    key = cp.load_or_create_key(key_path)
+    rr = cp.read(
+        store,
+        key=key,
+        stream=stream,
+        checkpoint_id=checkpoint_id,
+        device=device,
+        only=list(only) if only is not None else None,
+        progress=progress,
+    )
+    # Everything was read and verified: from here on nothing can fail half-way.
+    values = dict(rr.values)
+    ip.push(values, interactive=True)
+    meta = _manifest_field(rr.manifest, "meta") or {}
+    aliases = meta.get("modules") if isinstance(meta, Mapping) else None
+    if only is not None and aliases:
+        aliases = {}  # a partial restore brings back what was asked for, nothing else
+    modules, missing = namespace.reimport_modules(ip, aliases)
+    out = Restored(rr, modules, missing)
+    _add_pending_rows(out, meta, only)
+    if only is not None:
+        absent = [n for n in only if n not in {v["name"] for v in out.variables}]
+        if absent:
+            out.warnings.append(f"not in checkpoint {out.checkpoint_id}: {', '.join(absent)}")
+    prov.adopt({v["name"]: v.get("cell") for v in out.variables if v["name"] in values})
+    prov.adopt({m: None for m in modules})
+    prov.pending.update(
+        {
+            v["name"]: v["cell"]
+            for v in out.variables
+            if v["recomputable"] and v["name"] not in values
+        }
+    )
+    liveness.mark_restored(out.checkpoint_id, by)
+    last_restored_variables = out.variables
+    return out
+
+
+def _add_pending_rows(out: Restored, meta: Any, only: Iterable[str] | None) -> None:
+    """Rows for variables an earlier restore could not bring back either (see PENDING_KEY)."""
+    pending = meta.get(PENDING_KEY) if isinstance(meta, Mapping) else None
+    if not isinstance(pending, Mapping):
+        return
+    wanted = set(only) if only is not None else None
+    have = {v["name"] for v in out.variables}
+    for name, cell in sorted(pending.items()):
+        if name in have or (wanted is not None and name not in wanted):
+            continue
+        if not isinstance(cell, Mapping) or not cell.get("source"):
+            continue
+        out.variables.append(
+            {
+                "name": name,
+                "kind": None,
+                "size": None,
+                "status": "skipped",
+                "reason": "not restored since an earlier checkpoint",
+                "cell": {"execution_count": cell.get("execution_count"), "source": cell["source"]},
+                "recomputable": True,
+            }
+        )
+
+
+@contextlib.contextmanager
+def _quiet_tracebacks(ip: Any) -> Iterator[None]:
+    """A recomputed cell that fails is reported in one line, not with a traceback."""
+    saved = ip.__dict__.get("showtraceback"), ip.__dict__.get("showsyntaxerror")
+    ip.showtraceback = lambda *a, **k: None
+    ip.showsyntaxerror = lambda *a, **k: None
+    try:
+        yield
+    finally:
+        for name, value in zip(("showtraceback", "showsyntaxerror"), saved):
+            if value is None:
+                ip.__dict__.pop(name, None)
+            else:
+                setattr(ip, name, value)
+
+
+def recompute(
+    ip: Any,
+    variables: list[dict[str, Any]],
+    names: Iterable[str] | None = None,
+    *,
+    silent: bool = False,
+) -> list[dict[str, Any]]:
+    """Re-run, in execution order, the recorded cells of variables that could not be restored.
+
+    Returns ``variables`` with those rows' status set to "recomputed" or "failed". Variables that
+    exist (restored from the checkpoint, or defined since) win over what a re-run cell rebinds as
+    a side effect: they are the newer state; the re-run only fills the gaps."""
+    wanted = set(names) if names is not None else None
+    rows = [dict(v) for v in variables]
+    targets_by_cell: dict[tuple[Any, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        cell = row.get("cell")
+        if row.get("status") not in _RECOMPUTABLE or not cell or not cell.get("source"):
+            continue
+        if wanted is not None and row["name"] not in wanted:
+            continue
+        targets_by_cell.setdefault((cell.get("execution_count"), cell["source"]), []).append(row)
+    prov = provenance.install(ip)
+    order = sorted(targets_by_cell, key=lambda k: (k[0] is None, k[0] or 0))
+    for key in order:
+        group = targets_by_cell[key]
+        ns = ip.user_ns
+        targets = {r["name"] for r in group}
+        protected = {k: v for k, v in ns.items() if not k.startswith("_") and k not in targets}
+        error = None
+        try:
+            with prov.suspended(), _quiet_tracebacks(ip):
+                result = ip.run_cell(key[1], store_history=False, silent=silent)
+            exc = result.error_before_exec or result.error_in_exec
+            if exc is not None:
+                error = one_line(exc)
+        except Exception as e:  # noqa: BLE001 - reported per variable
+            error = one_line(e)
+        for k, v in protected.items():
+            if ns.get(k, _GONE) is not v:
+                ns[k] = v
+        cell = {"execution_count": key[0], "source": key[1]}
+        for row in group:
+            name = row["name"]
+            if error is None and name in ns:
+                row["status"], row["reason"] = "recomputed", f"re-ran cell [{key[0]}]"
+                row["recomputable"] = False
+                prov.adopt({name: cell})
+            else:
+                row["status"] = "failed"
+                row["reason"] = (
+                    f"re-running cell [{key[0]}] failed: {error}"
+                    if error
+                    else f"re-running cell [{key[0]}] did not define it"
+                )
+    return rows

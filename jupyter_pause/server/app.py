@@ -1,0 +1,144 @@
+"""The jupyter_server extension: configuration (``c.PauseApp.<trait>``), routes, start and stop."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+from jupyter_core.paths import jupyter_data_dir
+from jupyter_server.extension.application import ExtensionApp
+from tornado.ioloop import PeriodicCallback
+from traitlets import Bool, Dict, Float, Instance, Int, List, Unicode, default
+
+from ..cluster.base import Backend, resolve_backend_class
+from .events import register_schema
+from .lifecycle import Lifecycle
+
+# Optional modules of this package that add routes and start-up work. Each may define
+#   get_handlers(app: PauseApp) -> list[tuple[str, type]]   (patterns like r"/jupyter-pause/api/x")
+#   async def start(app: PauseApp) -> None ;  async def stop(app: PauseApp) -> None
+DEFAULT_EXTENSION_MODULES = ["jupyter_pause.policy.handlers"]
+
+
+class PauseApp(ExtensionApp):
+    name = "jupyter_pause"
+    load_other_extensions = True
+
+    backend = Unicode(
+        "local",
+        help="Backend: an entry-point name of group 'jupyter_pause.backends' (local, gke, "
+        "kubeflow) or a class path 'package.module:Class'.",
+    ).tag(config=True)
+    store_url = Unicode(
+        "", help="Checkpoint store (directory or fsspec URL); empty = the checkpoint library's "
+        "default (<jupyter data dir>/jupyter-pause/checkpoints)."
+    ).tag(config=True)
+    key_path = Unicode(
+        "", help="HMAC key file of the checkpoints; empty = the checkpoint library's default."
+    ).tag(config=True)
+    state_dir = Unicode(
+        help="Directory of state.json and journal.jsonl; put it on the persistent volume."
+    ).tag(config=True)
+    keep_checkpoints = Int(5, help="Checkpoints kept per notebook (0 = keep all).").tag(config=True)
+    busy_timeout = Float(
+        30.0, help="Seconds a pause waits for a busy kernel to go idle before it is refused."
+    ).tag(config=True)
+    interrupt_busy = Bool(
+        False, help="Interrupt a kernel still busy after busy_timeout instead of refusing."
+    ).tag(config=True)
+    restore_device = Unicode(
+        "auto", help="Where restored tensors go: 'auto', 'cpu' or 'cuda:N'."
+    ).tag(config=True)
+    accelerator = Dict(
+        {"type": "none", "count": 0},
+        help='The accelerator this workspace holds, e.g. {"type": "nvidia-l4", "count": 1}; '
+        "used for accelerator-seconds released.",
+    ).tag(config=True)
+    bridge_timeout = Float(
+        3600.0, help="Seconds a checkpoint or restore inside one kernel may take."
+    ).tag(config=True)
+    liveness_timeout = Float(60.0, help="Seconds to wait for a kernel's liveness answer.").tag(
+        config=True
+    )
+    resume_on_start = Bool(
+        None, allow_none=True,
+        help="Resume by itself when the server starts paused (None: the backend decides; "
+        "the Kubernetes backends do, local does not).",
+    ).tag(config=True)
+    activity_interval = Float(
+        60.0, help="Seconds between 'activity' journal records (coalesced; 0 = off)."
+    ).tag(config=True)
+    progress_interval = Float(0.5, help="Minimum seconds between progress events.").tag(
+        config=True
+    )
+    first_cell_watch = Float(
+        86400.0, help="How long after a resume to wait for the first cell (first_cell_ran)."
+    ).tag(config=True)
+    extension_modules = List(
+        Unicode(), DEFAULT_EXTENSION_MODULES,
+        help="Modules that add routes/start-up work (get_handlers(app), start(app), stop(app)).",
+    ).tag(config=True)
+
+    backend_instance = Instance(Backend, allow_none=True)
+    lifecycle = Instance(Lifecycle, allow_none=True)
+
+    @default("state_dir")
+    def _default_state_dir(self) -> str:
+        return os.path.join(jupyter_data_dir(), "jupyter-pause", "state")
+
+    @property
+    def backend_name(self) -> str:
+        return getattr(self.backend_instance, "name", None) or self.backend
+
+    # ------------------------------------------------------------------ jupyter_server hooks
+
+    def initialize_settings(self) -> None:
+        self.backend_instance = resolve_backend_class(self.backend)(parent=self)
+        register_schema(self.serverapp)
+        self.lifecycle = Lifecycle(self)
+        self.lifecycle.load()
+        self.settings["jupyter_pause_lifecycle"] = self.lifecycle
+        self._modules = [m for m in (self._import(n) for n in self.extension_modules) if m]
+        self._activity: PeriodicCallback | None = None
+
+    def initialize_handlers(self) -> None:
+        from .handlers import default_handlers
+
+        self.handlers.extend(default_handlers())
+        for module in self._modules:
+            if hasattr(module, "get_handlers"):
+                self.handlers.extend(module.get_handlers(self))
+
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        await self.lifecycle.start()
+        if self.activity_interval > 0:
+            self._activity = PeriodicCallback(self.lifecycle.sample_activity,
+                                              self.activity_interval * 1000)
+            self._activity.start()
+        for module in self._modules:
+            if hasattr(module, "start"):
+                await module.start(self)
+
+    async def stop_extension(self) -> None:
+        for module in self._modules:
+            if hasattr(module, "stop"):
+                try:
+                    await module.stop(self)
+                except Exception as e:
+                    self.log.warning("jupyter_pause: %s.stop failed: %s", module.__name__, e)
+        if self._activity is not None:
+            self._activity.stop()
+        if self.lifecycle is not None:
+            await self.lifecycle.stop()
+
+    def _import(self, name: str) -> Any:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name and name.startswith(e.name):  # the optional module itself is absent
+                return None
+            self.log.warning("jupyter_pause: cannot load %s: %s", name, e)
+        except Exception as e:
+            self.log.warning("jupyter_pause: cannot load %s: %s", name, e)
+        return None

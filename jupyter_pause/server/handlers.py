@@ -1,0 +1,197 @@
+"""REST API under ``<base_url>/jupyter-pause/api/``: every verb authenticated, XSRF by APIHandler."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import tornado
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+
+from . import kernels as kbridge
+from .lifecycle import Lifecycle, Refusal
+
+API = r"/jupyter-pause/api"
+
+
+class BaseHandler(ExtensionHandlerMixin, APIHandler):
+    @property
+    def lifecycle(self) -> Lifecycle:
+        return self.extensionapp.lifecycle
+
+    def body(self) -> dict[str, Any]:
+        if not self.request.body:
+            return {}
+        try:
+            data = json.loads(self.request.body)
+        except ValueError:
+            raise Refusal("the request body is not JSON", 400) from None
+        if not isinstance(data, dict):
+            raise Refusal("the request body must be a JSON object", 400)
+        return data
+
+    def reply(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(data, default=str))
+
+    def refuse(self, e: Refusal) -> None:
+        self.reply({"message": str(e)}, e.status)
+
+
+class StatusHandler(BaseHandler):
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        self.reply(await self.lifecycle.status())
+
+
+class PauseHandler(BaseHandler):
+    @tornado.web.authenticated
+    async def post(self) -> None:
+        try:
+            body = self.body()
+            flight = await self.lifecycle.request_pause(
+                trigger=str(body.get("trigger") or "api"), interrupt=bool(body.get("interrupt")))
+        except Refusal as e:
+            return self.refuse(e)
+        self.reply({"flight": flight.to_dict()}, 202)
+
+
+class ResumeHandler(BaseHandler):
+    @tornado.web.authenticated
+    async def post(self) -> None:
+        try:
+            body = self.body()
+            flight = await self.lifecycle.request_resume(trigger=str(body.get("trigger") or "api"))
+        except Refusal as e:
+            return self.refuse(e)
+        self.reply({"flight": flight.to_dict()}, 202)
+
+
+class RecomputeHandler(BaseHandler):
+    @tornado.web.authenticated
+    async def post(self) -> None:
+        try:
+            body = self.body()
+            path, names = body.get("path"), body.get("names")
+            if not isinstance(path, str) or (names is not None and not isinstance(names, list)):
+                raise Refusal('expected {"path": "nb.ipynb", "names": ["var", ...]}', 400)
+            if self.lifecycle.flight is not None:
+                raise Refusal(f"a {self.lifecycle.flight.kind} is in progress; try again after it")
+            records = await kbridge.running_kernels(self.serverapp)
+            rec = next((r for r in records if r.path == path), None)
+            if rec is None:
+                raise Refusal(f"no running kernel for {path}", 404)
+            try:
+                res = await kbridge.call(self.serverapp, rec.kernel_id, "recompute", names=names,
+                                         timeout=self.extensionapp.bridge_timeout)
+            except Exception as e:
+                raise Refusal(f"recompute in {path} failed: {e}") from e
+            if res.get("ok") is False:
+                raise Refusal(f"recompute in {path} failed: {res.get('error')}")
+        except Refusal as e:
+            return self.refuse(e)
+        self.reply({"variables": res.get("variables", [])})
+
+
+def _open_store(app: Any) -> Any:
+    from ..checkpoint import load_or_create_key, open_store
+
+    # With the key, listings show only authentic checkpoints (a foreign one is never offered).
+    return open_store(app.store_url or None, key=load_or_create_key(app.key_path or None))
+
+
+class CheckpointsHandler(BaseHandler):
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        stream = self.get_argument("stream", None)
+
+        def listing() -> list[dict[str, Any]]:
+            store = _open_store(self.extensionapp)
+            return [_summary(m) for m in store.list(stream)]
+
+        try:
+            items = await asyncio.to_thread(listing)
+        except Exception as e:
+            return self.reply({"message": f"cannot list checkpoints: {e}"}, 500)
+        self.reply({"checkpoints": items})
+
+
+class CheckpointHandler(BaseHandler):
+    @tornado.web.authenticated
+    async def delete(self, checkpoint_id: str) -> None:
+        pending = self.lifecycle.state.get("pause") or self.lifecycle.state.get("inflight") or {}
+        if checkpoint_id in (pending.get("checkpoints") or []):
+            return self.refuse(Refusal(
+                f"checkpoint {checkpoint_id} is the way back of the current pause; resume first"))
+
+        def delete() -> None:
+            _open_store(self.extensionapp).delete(checkpoint_id)
+
+        try:
+            await asyncio.to_thread(delete)
+        except Exception as e:
+            from ..checkpoint import NotFoundError
+
+            if isinstance(e, (NotFoundError, FileNotFoundError, KeyError)):
+                return self.reply({"message": f"no checkpoint {checkpoint_id}"}, 404)
+            return self.reply({"message": f"cannot delete checkpoint {checkpoint_id}: {e}"}, 500)
+        self.set_status(204)
+        self.finish()
+
+
+class GcHandler(BaseHandler):
+    """Retention: the backend's snapshots, checkpoints beyond ``keep`` per notebook (older than
+    ``older_than`` s), then unreferenced blobs. The current pause's checkpoints are kept."""
+
+    @tornado.web.authenticated
+    async def post(self) -> None:
+        app = self.extensionapp
+        try:
+            body = self.body()
+            keep = body.get("keep")
+            keep = app.keep_checkpoints if keep is None else keep
+            older_than = body.get("older_than")
+            if not isinstance(keep, int) or keep < 0 or (
+                older_than is not None and not isinstance(older_than, (int, float))
+            ):
+                raise Refusal('expected {"keep": N >= 0, "older_than": seconds|null, '
+                              '"dry_run": bool}', 400)
+            if self.lifecycle.flight is not None:
+                raise Refusal(f"a {self.lifecycle.flight.kind} is in progress; try again after it")
+        except Refusal as e:
+            return self.refuse(e)
+        # The retention module does it: snapshots, checkpoints, blobs, in an order that orphans
+        # nothing, protecting the current pause's checkpoints (state.json + lifecycle.state).
+        from ..policy.gc import run_gc_for_app
+
+        try:
+            res = await run_gc_for_app(app, keep=keep, older_than=older_than,
+                                       dry_run=bool(body.get("dry_run")))
+        except Exception as e:  # noqa: BLE001 - one line back to the caller
+            # The retention module's GCError / a ValueError: a request that makes no sense.
+            bad_request = isinstance(e, ValueError) or type(e).__name__ == "GCError"
+            return self.reply({"message": f"gc refused: {e}" if bad_request
+                               else f"gc failed: {e}"}, 400 if bad_request else 500)
+        self.reply(res)
+
+
+def _summary(m: Any) -> dict[str, Any]:
+    get = m.get if isinstance(m, dict) else lambda k, d=None: getattr(m, k, d)
+    variables = get("variables", []) or []
+    return {"id": get("id"), "stream": get("stream"), "created": get("created"),
+            "bytes_total": get("bytes_total", 0), "variables": len(variables)}
+
+
+def default_handlers() -> list[tuple[str, type]]:
+    return [
+        (rf"{API}/status", StatusHandler),
+        (rf"{API}/pause", PauseHandler),
+        (rf"{API}/resume", ResumeHandler),
+        (rf"{API}/recompute", RecomputeHandler),
+        (rf"{API}/checkpoints", CheckpointsHandler),
+        (rf"{API}/checkpoints/([^/]+)", CheckpointHandler),
+        (rf"{API}/gc", GcHandler),
+    ]

@@ -1,0 +1,764 @@
+"""The workspace's pause/resume state machine: one flight at a time, every transition journaled.
+
+    running -> checkpointing -> snapshotting -> releasing -> paused
+    paused -> resuming (waiting_for_capacity) -> verifying -> ready (live)
+                                                           \\-> restoring -> ready (restored)
+    any step -> failed (with reason; the last good checkpoint is still there)
+
+Each transition is a journal event (contract §4). ``apply()`` is the only code that turns events
+into state, so the state after a crash is rebuilt by replaying the journal through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import secrets
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..cluster.base import BackendError, KernelRecord, PauseContext, ResumeContext
+from . import kernels as kbridge
+from . import metrics
+from .events import emit_lifecycle
+from .journal import Journal, parse_iso, utcnow_iso
+
+if TYPE_CHECKING:
+    from .app import PauseApp
+
+PAUSE_STATES = ("checkpointing", "snapshotting", "releasing")
+RESUME_STATES = ("resuming", "waiting_for_capacity", "verifying", "restoring")
+# Fields kept out of the timeline (they are in the journal and the report).
+_BULKY = ("kernels", "report", "variables")
+
+
+class Refusal(Exception):
+    """A request that cannot be accepted now: HTTP ``status`` with a one-line message."""
+
+    def __init__(self, message: str, status: int = 409):
+        super().__init__(message)
+        self.status = status
+
+
+class StepError(Exception):
+    """A step failed for a reason a person can act on."""
+
+    def __init__(self, message: str, *, reason: str = "other", hint: str | None = None):
+        super().__init__(message)
+        self.reason = reason
+        self.hint = hint
+
+
+@dataclass
+class Flight:
+    id: str
+    kind: str  # "pause" | "resume"
+    trigger: str
+    started: str
+    task: asyncio.Task | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "trigger": self.trigger, "started": self.started}
+
+
+def default_state() -> dict[str, Any]:
+    return {
+        "version": 1, "seq": 0, "state": "running", "outcome": None, "reason": None,
+        "hint": None, "flight": None, "timeline": [], "inflight": None, "pause": None,
+        "last_checkpoint": None, "last_report": None, "last_activity": None,
+    }
+
+
+def apply(st: dict[str, Any], e: dict[str, Any]) -> None:
+    """Fold one journal entry into the persistent state (pure; used live and for recovery)."""
+    ev, at = e.get("event"), e.get("at")
+    st["seq"] = max(int(st.get("seq", 0)), int(e.get("seq", 0)))
+    flight = e.get("flight")
+    if ev in ("pause_requested", "resume_requested"):
+        st["timeline"] = []
+        st["flight"] = {"id": flight, "kind": e.get("kind"), "trigger": e.get("trigger"),
+                        "started": at}
+        st.update(outcome=None, reason=None, hint=None)
+    if flight and ev != "activity":
+        item = {k: v for k, v in e.items() if k not in ("seq", "flight", "kind", *_BULKY)}
+        st.setdefault("timeline", []).append(item)
+    if ev == "activity":
+        st["last_activity"] = at
+    elif ev == "pause_requested":
+        st["state"] = "checkpointing"
+        st["inflight"] = {"flight_id": flight, "requested": at, "kernels": [], "checkpoints": []}
+    elif ev == "checkpoint_written":
+        inflight = st.get("inflight") or {"flight_id": flight}
+        inflight.update(kernels=e.get("kernels", []), checkpoints=e.get("checkpoints", []),
+                        bytes_written=e.get("bytes_written", 0), bytes_total=e.get("bytes_total", 0))
+        st["inflight"] = inflight
+        st["last_checkpoint"] = {
+            "id": (e.get("checkpoints") or [None])[0], "ids": e.get("checkpoints", []),
+            "created": at, "bytes_total": e.get("bytes_total", 0),
+            "bytes_written": e.get("bytes_written", 0), "kernels": len(e.get("kernels", [])),
+        }
+        st["state"] = "snapshotting"
+    elif ev == "snapshot_ready":
+        if st.get("inflight") is not None:
+            st["inflight"]["snapshot"] = {"snapshot": e.get("snapshot"), "backend": e.get("backend"),
+                                          "skipped": e.get("skipped", False)}
+        st["state"] = "releasing"
+    elif ev == "accelerator_released":
+        if st.get("inflight") is not None:
+            st["inflight"].update(released_at=at, accelerator=e.get("accelerator"),
+                                  released=e.get("released", True))
+    elif ev == "paused":
+        st["pause"] = st.get("inflight") or st.get("pause")
+        st.update(inflight=None, state="paused", flight=None)
+    elif ev == "resume_requested":
+        st["state"] = "resuming"
+    elif ev == "waiting_for_capacity":
+        st.update(state="waiting_for_capacity", reason=e.get("reason"))
+    elif ev == "pod_scheduled":
+        st.update(state="resuming", reason=None)
+    elif ev == "verified":
+        st["state"] = "restoring" if e.get("outcome") == "fresh" else "verifying"
+    elif ev == "ready":
+        st.update(state="ready", outcome=e.get("outcome"), pause=None, flight=None, reason=None,
+                  hint=None)
+        if e.get("report") is not None:
+            st["last_report"] = e["report"]
+    elif ev == "first_cell_ran":
+        report = st.get("last_report")
+        if report and report.get("flight_id") == flight and not report.get("first_cell"):
+            report["first_cell"] = at
+            try:
+                report["durations"]["first_cell_s"] = round(
+                    (parse_iso(at) - parse_iso(report["requested"])).total_seconds(), 3)
+            except (KeyError, TypeError, ValueError):
+                pass
+    elif ev == "failed":
+        after = e.get("state_after") or "failed"
+        if e.get("kind") == "pause":
+            if after == "paused":  # kernels may be gone already: keep the way back
+                st["pause"] = st.get("inflight") or st.get("pause")
+            st["inflight"] = None
+        st.update(state=after, reason=e.get("message") or e.get("reason"), hint=e.get("hint"),
+                  flight=None,
+                  outcome="failed" if e.get("kind") == "resume" else None)
+        if e.get("report") is not None:
+            st["last_report"] = e["report"]
+
+
+class Lifecycle:
+    """Owns flights, the journal and the state; handlers and backends go through it."""
+
+    def __init__(self, app: PauseApp):
+        self.app = app
+        self.log = app.log
+        self.journal = Journal(app.state_dir)
+        self.state: dict[str, Any] = default_state()
+        self.flight: Flight | None = None
+        self.step: dict[str, Any] | None = None
+        self._io = ThreadPoolExecutor(1, thread_name_prefix="jupyter-pause-journal")
+        self._last_progress_emit = 0.0
+        self._watchers: list[asyncio.Task] = []
+        self._backend_desc: dict[str, Any] = {"name": app.backend_name, "configured": True,
+                                              "can_pause": True, "why_not": None}
+        self._backend_desc_at = 0.0
+        self._desc_task: asyncio.Task | None = None
+        self._activity_seen: Any = None
+
+    @property
+    def backend(self) -> Any:
+        return self.app.backend_instance
+
+    @property
+    def serverapp(self) -> Any:
+        return self.app.serverapp
+
+    # ---------------------------------------------------------------- start-up and recovery
+
+    def load(self) -> None:
+        """Rebuild the state from state.json + newer journal lines; settle interrupted flights.
+
+        Runs at server start (before the event loop serves requests), so blocking I/O is fine.
+        """
+        self.journal.open()
+        st = self.journal.load_state() or default_state()
+        for entry in self.journal.entries(after_seq=int(st.get("seq", 0))):
+            apply(st, entry)
+        self.state = {**default_state(), **st}
+        self.journal.seq = max(self.journal.seq, int(self.state.get("seq", 0)))
+        cur, flight = self.state["state"], self.state.get("flight") or {}
+        fid = flight.get("id")
+        if cur in ("checkpointing", "snapshotting"):
+            # The server died before the kernels were handed over: the pause did not happen.
+            # Earlier checkpoints are untouched (a checkpoint becomes visible only when complete).
+            self._record_sync("failed", fid, "pause", step=cur, reason="interrupted",
+                              message=f"the server stopped during {cur}; the pause did not happen",
+                              state_after="running",
+                              hint="Pause again; the previous checkpoint is still available.")
+        elif cur == "releasing":
+            # Checkpoints are written: the way back exists, so count the pause as done.
+            self._record_sync("paused", fid, "pause", recovered=True)
+        elif cur in RESUME_STATES:
+            self._record_sync("failed", fid, "resume", step=cur, reason="interrupted",
+                              message=f"the server stopped during {cur}", state_after="paused",
+                              hint="Resume again; the checkpoint is still available.")
+        self.journal.save_state(self.state)
+
+    def _record_sync(self, event: str, flight: str | None, kind: str | None, **fields: Any) -> None:
+        entry = self._entry(event, flight, kind, fields)
+        self.journal.append(entry)
+        apply(self.state, entry)
+
+    async def start(self) -> None:
+        """After the event loop runs: resume verification for a workspace that came back."""
+        self._refresh_backend_desc()
+        if self.state["state"] != "paused" and not (
+            self.state["state"] == "failed" and self.state.get("pause")
+        ):
+            return
+        want = self.app.resume_on_start
+        if want is None:
+            want = bool(getattr(self.backend, "resume_on_start", False))
+        if want or list(self.serverapp.kernel_manager.list_kernel_ids()):
+            try:
+                await self.request_resume("startup")
+            except Refusal as e:
+                self.log.warning("jupyter_pause: no resume at start: %s", e)
+
+    async def stop(self) -> None:
+        for task in self._watchers:
+            task.cancel()
+        if self.flight and self.flight.task:
+            self.flight.task.cancel()
+        self._io.shutdown(wait=True)
+
+    # ---------------------------------------------------------------- recording
+
+    def _entry(self, event: str, flight: str | None, kind: str | None,
+               fields: dict[str, Any]) -> dict[str, Any]:
+        return {"seq": self.journal.next_seq(), "at": utcnow_iso(), "flight": flight, "kind": kind,
+                "event": event, **fields}
+
+    async def _record(self, event: str, *, flight: Flight | None | bool = True,
+                      **fields: Any) -> dict[str, Any]:
+        """Journal the event (durable before returning), fold it into the state, emit it."""
+        f = self.flight if flight is True else (flight or None)
+        entry = self._entry(event, f.id if f else None, f.kind if f else None, fields)
+        apply(self.state, entry)
+        snapshot = copy.deepcopy(self.state)
+        loop = asyncio.get_running_loop()
+        # One worker thread: journal lines and state.json are written in call order.
+        journal_done = loop.run_in_executor(self._io, self.journal.append, entry)
+        state_done = loop.run_in_executor(self._io, self.journal.save_state, snapshot)
+        await journal_done
+        await state_done
+        self._emit(event)
+        return entry
+
+    def record_event(self, event: str, **fields: Any) -> asyncio.Task:
+        """Public: journal an event outside a flight (policy: auto_pause_announced/cancelled)."""
+        return asyncio.ensure_future(self._record(event, flight=False, **fields))
+
+    def _emit(self, event: str) -> None:
+        emit_lifecycle(self.serverapp, {
+            "state": self.state["state"], "outcome": self.state.get("outcome"),
+            "step": self.step, "reason": self.state.get("reason"),
+            "flight_id": self.flight.id if self.flight else None, "event": event,
+        })
+
+    def _set_step(self, name: str, message: str, done: int = 0, total: int = 0,
+                  state: str | None = None) -> None:
+        self.step = {"name": name, "done": done, "total": total, "message": message}
+        if state and state != self.state["state"]:
+            self.state["state"] = state  # in-memory sub-step; the journal has the real events
+            self._emit("progress")
+            self._last_progress_emit = time.monotonic()
+        else:
+            self._progress_event()
+
+    def _progress_event(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last_progress_emit >= self.app.progress_interval:
+            self._last_progress_emit = now
+            self._emit("progress")
+
+    # ---------------------------------------------------------------- status
+
+    async def status(self) -> dict[str, Any]:
+        self._refresh_backend_desc()
+        st = self.state
+        kernels = []
+        try:
+            for rec in await kbridge.running_kernels(self.serverapp):
+                kernels.append({"id": rec.kernel_id, "name": rec.kernel_name, "path": rec.path,
+                                "execution_state": kbridge.execution_state(self.serverapp,
+                                                                           rec.kernel_id)})
+        except Exception as e:  # never fail status because a session row vanished
+            self.log.debug("jupyter_pause: listing kernels failed: %s", e)
+        return {
+            "state": st["state"], "outcome": st.get("outcome"), "step": self.step,
+            "reason": st.get("reason"), "hint": st.get("hint"),
+            "flight": self.flight.to_dict() if self.flight else None,
+            "timeline": st.get("timeline", []), "backend": dict(self._backend_desc),
+            "kernels": kernels, "last_checkpoint": st.get("last_checkpoint"),
+            "last_report": st.get("last_report"),
+        }
+
+    def _refresh_backend_desc(self) -> None:
+        if time.monotonic() - self._backend_desc_at < 30 or (
+            self._desc_task and not self._desc_task.done()
+        ):
+            return
+
+        async def refresh() -> None:
+            try:
+                desc = await asyncio.wait_for(self.backend.describe(), 30)
+                self._backend_desc = {"name": self.app.backend_name, "configured": True,
+                                      "can_pause": True, "why_not": None, **desc}
+            except Exception as e:
+                self._backend_desc = {"name": self.app.backend_name, "configured": False,
+                                      "can_pause": False, "why_not": f"backend check failed: {e}"}
+            self._backend_desc_at = time.monotonic()
+
+        self._desc_task = asyncio.ensure_future(refresh())
+
+    # ---------------------------------------------------------------- requests
+
+    def can_resume(self) -> bool:
+        return self.state.get("pause") is not None
+
+    async def request_pause(self, trigger: str = "manual", interrupt: bool = False) -> Flight:
+        # No await before self.flight is set: concurrent requests must see each other.
+        if self.flight is not None:
+            if self.flight.kind == "pause":
+                return self.flight
+            raise Refusal("a resume is in progress; pause again when it has finished")
+        if self.can_resume():
+            raise Refusal("the workspace is already paused; resume it first")
+        desc = self._backend_desc
+        if not desc.get("can_pause", True):
+            raise Refusal(f"pausing is not possible here: {desc.get('why_not') or 'backend'}")
+        flight = self._new_flight("pause", trigger)
+        flight.task = asyncio.ensure_future(self._run_pause(flight, interrupt or
+                                                            self.app.interrupt_busy))
+        return flight
+
+    async def request_resume(self, trigger: str = "manual") -> Flight:
+        if self.flight is not None:
+            if self.flight.kind == "resume":
+                return self.flight
+            raise Refusal("a pause is in progress; resume when it has finished")
+        if not self.can_resume():
+            raise Refusal("the workspace is not paused; there is nothing to resume")
+        flight = self._new_flight("resume", trigger)
+        flight.task = asyncio.ensure_future(self._run_resume(flight))
+        return flight
+
+    def _new_flight(self, kind: str, trigger: str) -> Flight:
+        flight = Flight(id=f"{kind}-{uuid.uuid4().hex[:12]}", kind=kind, trigger=trigger,
+                        started=utcnow_iso())
+        self.flight = flight
+        self.step = None
+        for task in self._watchers:
+            task.cancel()
+        self._watchers = []
+        metrics.FLIGHTS.labels(self.app.backend_name, kind, trigger).inc()
+        return flight
+
+    async def wait(self) -> None:
+        """Wait for the flight in progress (tests, CLI helpers)."""
+        if self.flight and self.flight.task:
+            await asyncio.shield(self.flight.task)
+
+    # ---------------------------------------------------------------- pause
+
+    async def _run_pause(self, flight: Flight, interrupt: bool) -> None:
+        t0 = time.monotonic()
+        step = "checkpointing"
+        try:
+            await self._record("pause_requested", trigger=flight.trigger)
+            records = await kbridge.running_kernels(self.serverapp)
+            await self._wait_idle(records, interrupt)
+            await self._checkpoint_all(records, flight)
+            total = sum(r.bytes_total for r in records)
+            written = sum(r.bytes_written for r in records)
+            await self._record(
+                "checkpoint_written", bytes_written=written, bytes_total=total,
+                checkpoints=[r.checkpoint_id for r in records],
+                kernels=[r.to_dict() for r in records],
+            )
+            metrics.CHECKPOINT_BYTES.labels(self.app.backend_name).inc(written)
+            metrics.CHECKPOINT_SIZE.labels(self.app.backend_name).set(total)
+
+            step = "snapshotting"
+            ctx = PauseContext(
+                flight_id=flight.id, trigger=flight.trigger, serverapp=self.serverapp,
+                kernels=records, accelerator=dict(self.app.accelerator),
+                _report=self._backend_report, _progress=self._backend_progress,
+                checkpoints=[r.checkpoint_id for r in records],
+            )
+            self._set_step("snapshotting", "Snapshotting the workspace")
+            snap = await self.backend.snapshot(ctx) or {}
+            ctx.snapshot = snap
+            await self._record("snapshot_ready", snapshot=snap.get("snapshot"),
+                               backend=self.app.backend_name, skipped=bool(snap.get("skipped")))
+
+            step = "releasing"
+            self._set_step("releasing", "Releasing the accelerator")
+            rel = await self.backend.release(ctx) or {}
+            await self._record("accelerator_released", accelerator=dict(self.app.accelerator),
+                               released=bool(rel.get("released", True)),
+                               stopped_kernels=rel.get("stopped_kernels", []))
+            self.step = None
+            await self._record("paused")
+            metrics.PAUSE_DURATION.labels(self.app.backend_name).observe(time.monotonic() - t0)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            await self._fail(flight, step, e, state_after="paused" if step == "releasing"
+                             else "failed")
+        finally:
+            self.step = None
+            if self.flight is flight:
+                self.flight = None
+
+    async def _wait_idle(self, records: list[KernelRecord], interrupt: bool) -> None:
+        """Never checkpoint mid-cell: wait for idle, interrupt if asked, else refuse."""
+        timeout = self.app.busy_timeout
+        for rec in records:
+            if kbridge.execution_state(self.serverapp, rec.kernel_id) not in ("busy", "starting"):
+                continue
+            self._set_step("checkpointing", f"Waiting for {rec.label} to finish its cell")
+            if await kbridge.wait_idle(self.serverapp, rec.kernel_id, timeout):
+                continue
+            if interrupt:
+                self._set_step("checkpointing", f"Interrupting {rec.label}")
+                await kbridge.interrupt(self.serverapp, rec.kernel_id)
+                if await kbridge.wait_idle(self.serverapp, rec.kernel_id, 15):
+                    continue
+            raise StepError(
+                f"{rec.label} is still running a cell after {timeout:g} s; pause refused, "
+                "nothing was changed",
+                reason="kernel_busy",
+                hint="Wait for the cell to finish or interrupt the kernel, then pause again.",
+            )
+
+    async def _checkpoint_all(self, records: list[KernelRecord], flight: Flight) -> None:
+        done: dict[str, int] = {}
+        totals: dict[str, int] = {}
+        label = ", ".join(r.label for r in records) or "no kernels"
+        self._set_step("checkpointing", f"Checkpointing {label}", state="checkpointing")
+
+        def progress_for(rec: KernelRecord) -> Any:
+            def progress(d: int, t: int, *_: Any) -> None:
+                done[rec.kernel_id], totals[rec.kernel_id] = int(d), int(t)
+                self.step = {"name": "checkpointing", "done": sum(done.values()),
+                             "total": sum(totals.values()),
+                             "message": f"Checkpointing {rec.label}"}
+                self._progress_event()
+            return progress
+
+        async def one(rec: KernelRecord) -> None:
+            token = secrets.token_urlsafe(24)
+            try:
+                res = await kbridge.call(
+                    self.serverapp, rec.kernel_id, "checkpoint", progress=progress_for(rec),
+                    timeout=self.app.bridge_timeout, store_url=self.app.store_url or None,
+                    key_path=self.app.key_path or None, stream=rec.stream, token=token,
+                    meta={"trigger": flight.trigger, "flight": flight.id,
+                          "kernel_id": rec.kernel_id, "path": rec.path},
+                    keep=self.app.keep_checkpoints or None,
+                )
+            except Exception as e:
+                raise StepError(f"checkpoint of {rec.label} failed: {e}",
+                                reason="checkpoint_error") from e
+            if not res.get("ok"):
+                err = str(res.get("error") or "unknown error")
+                reason = "storage_full" if "space" in err.lower() else "checkpoint_error"
+                raise StepError(f"checkpoint of {rec.label} failed: {err}", reason=reason,
+                                hint="The kernel is untouched; fix the cause and pause again.")
+            rec.token = res.get("token") or token
+            rec.pid = res.get("pid")
+            rec.checkpoint_id = res.get("checkpoint_id")
+            rec.bytes_written = int(res.get("bytes_written") or 0)
+            rec.bytes_total = int(res.get("bytes_total") or 0)
+            rec.variables = list(res.get("variables") or [])
+
+        await asyncio.gather(*(one(r) for r in records))
+        self._progress_event(force=True)
+
+    # ---------------------------------------------------------------- resume
+
+    async def _run_resume(self, flight: Flight) -> None:
+        t0 = time.monotonic()
+        requested = utcnow_iso()
+        step = "resuming"
+        pause = copy.deepcopy(self.state.get("pause") or {})
+        records = [KernelRecord.from_dict(k) for k in pause.get("kernels", [])]
+        ctx = ResumeContext(
+            flight_id=flight.id, trigger=flight.trigger, serverapp=self.serverapp,
+            kernels=records, accelerator=dict(pause.get("accelerator") or self.app.accelerator),
+            _report=self._backend_report, _progress=self._backend_progress, pause=pause,
+        )
+        outcomes: dict[str, dict[str, Any]] = {}
+        marks: dict[str, float] = {}
+        try:
+            entry = await self._record("resume_requested", trigger=flight.trigger)
+            requested = entry["at"]
+            self._count_released(pause, requested)
+            self._set_step("resuming", "Bringing the kernels back")
+            await self.backend.resume(ctx)
+            marks["resume_s"] = time.monotonic() - t0
+            for rec in records:
+                kid = ctx.kernel_map.get(rec.kernel_id)
+                if kid:
+                    self._watch_first_cell(flight, kid, rec)
+
+            step = "verifying"
+            t1 = time.monotonic()
+            self._set_step("verifying", "Checking whether the live kernels came back",
+                           state="verifying")
+            platform = await self.backend.restored_live(ctx)
+            await asyncio.gather(*(self._verify(ctx, rec, outcomes) for rec in records))
+            fresh = [r for r in records if outcomes[r.kernel_id]["outcome"] == "fresh"]
+            await self._record(
+                "verified", platform_live=platform,
+                outcome="live" if all(o["outcome"] == "live" for o in outcomes.values())
+                else "fresh",
+                kernels=[{"path": r.path, "kernel_id": ctx.kernel_map.get(r.kernel_id),
+                          "live": outcomes[r.kernel_id]["outcome"] == "live"} for r in records],
+            )
+            marks["verify_s"] = time.monotonic() - t1
+
+            if fresh:
+                step = "restoring"
+                t2 = time.monotonic()
+                await self._restore_all(ctx, fresh, outcomes)
+                restored_bytes = sum(o.get("bytes", 0) for o in outcomes.values())
+                await self._record(
+                    "restored", bytes=restored_bytes,
+                    kernels=[{"path": r.path, "outcome": outcomes[r.kernel_id]["outcome"],
+                              "checkpoint_id": r.checkpoint_id} for r in fresh])
+                marks["restore_s"] = time.monotonic() - t2
+            step = "attaching"
+            await self.backend.attach(ctx)
+            failed = [r for r in records if outcomes[r.kernel_id]["outcome"] == "failed"]
+            if failed:
+                first = outcomes[failed[0].kernel_id]
+                raise StepError(f"restore of {failed[0].label} failed: {first.get('reason')}",
+                                reason="restore_error",
+                                hint="The checkpoint is still there: resume again to retry.")
+            usable = await self._record("kernel_usable")
+            kinds = {o["outcome"] for o in outcomes.values()}
+            outcome = ("live" if kinds == {"live"} else "restored" if "restored" in kinds
+                       else "fresh")
+            marks["total_s"] = time.monotonic() - t0
+            report = self._report(flight, "ok", requested, usable["at"], records, ctx, outcomes,
+                                  marks, outcome)
+            self.step = None
+            await self._record("ready", outcome=outcome, report=report)
+            metrics.RESUME_DURATION.labels(self.app.backend_name, outcome).observe(
+                time.monotonic() - t0)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            marks["total_s"] = time.monotonic() - t0
+            report = self._report(flight, "failed", requested, None, records, ctx, outcomes,
+                                  marks, "failed")
+            await self._fail(flight, step, e, state_after="failed", report=report)
+        finally:
+            self.step = None
+            if self.flight is flight:
+                self.flight = None
+
+    def _count_released(self, pause: dict[str, Any], requested: str) -> None:
+        acc = pause.get("accelerator") or {}
+        if not pause.get("released_at") or not pause.get("released", True):
+            return
+        try:
+            seconds = (parse_iso(requested) - parse_iso(pause["released_at"])).total_seconds()
+        except (TypeError, ValueError):
+            return
+        count = float(acc.get("count") or 0)
+        if seconds > 0 and count > 0:
+            metrics.ACCELERATOR_SECONDS_RELEASED.labels(
+                self.app.backend_name, str(acc.get("type") or "unknown")).inc(seconds * count)
+
+    async def _verify(self, ctx: ResumeContext, rec: KernelRecord,
+                      outcomes: dict[str, dict[str, Any]]) -> None:
+        kid = ctx.kernel_map.get(rec.kernel_id)
+        out: dict[str, Any] = {"kernel_id": kid, "outcome": "fresh", "reason": None}
+        outcomes[rec.kernel_id] = out
+        if not kid:
+            out.update(outcome="failed", reason="no kernel came back for this notebook")
+            return
+        # A kernel busy with %resume restores itself in that cell: let it finish, so liveness
+        # sees "restored" and the server never restores a second time over it.
+        await kbridge.wait_idle(self.serverapp, kid, self.app.bridge_timeout)
+        try:
+            res = await kbridge.call(self.serverapp, kid, "liveness",
+                                     timeout=self.app.liveness_timeout)
+        except Exception as e:  # noqa: BLE001 - no answer: neither live nor safely restorable
+            out.update(outcome="failed", reason=f"the kernel did not answer the liveness "
+                       f"check ({e})")
+            return
+        if res.get("ok") is False:
+            out["reason"] = f"liveness check failed ({res.get('error')}); treating it as fresh"
+            return
+        token = res.get("token")
+        restored = res.get("restored") or None
+        if restored and not (rec.token and token == rec.token):
+            # Already rebuilt from a checkpoint (an earlier attempt, or %restore/%resume in the
+            # kernel): restoring again would overwrite what the person did since.
+            out.update(outcome="restored", checkpoint_id=restored.get("checkpoint_id"),
+                       reason=f"already restored from checkpoint {restored.get('checkpoint_id')} "
+                       f"(by {restored.get('by')})", already=True)
+            return
+        # Only the exact token proves the same process: a kernel that reopened the notebook has
+        # none, and a kernel of another pause has a different one.
+        if rec.token and token == rec.token:
+            out.update(outcome="live", reason="the kernel process came back with its memory")
+        else:
+            out["reason"] = ("a new kernel process (no liveness token)" if not token else
+                             "a different kernel process (another liveness token)")
+
+    async def _restore_all(self, ctx: ResumeContext, fresh: list[KernelRecord],
+                           outcomes: dict[str, dict[str, Any]]) -> None:
+        done: dict[str, int] = {}
+        totals: dict[str, int] = {}
+        self._set_step("restoring", "Restoring from the checkpoint", state="restoring")
+
+        def progress_for(rec: KernelRecord) -> Any:
+            def progress(d: int, t: int, *_: Any) -> None:
+                done[rec.kernel_id], totals[rec.kernel_id] = int(d), int(t)
+                self.step = {"name": "restoring", "done": sum(done.values()),
+                             "total": sum(totals.values()), "message": f"Restoring {rec.label}"}
+                self._progress_event()
+            return progress
+
+        async def one(rec: KernelRecord) -> None:
+            out = outcomes[rec.kernel_id]
+            kid = out["kernel_id"]
+            if not kid:
+                return
+            try:
+                res = await kbridge.call(
+                    self.serverapp, kid, "restore", progress=progress_for(rec),
+                    timeout=self.app.bridge_timeout, store_url=self.app.store_url or None,
+                    key_path=self.app.key_path or None, stream=rec.stream,
+                    checkpoint_id=rec.checkpoint_id, device=self.app.restore_device, only=None,
+                )
+            except Exception as e:
+                out.update(outcome="failed", reason=str(e))
+                return
+            if not res.get("ok"):
+                out.update(outcome="failed", reason=str(res.get("error") or "unknown error"))
+                return
+            variables = list(res.get("variables") or [])
+            out.update(outcome="restored", variables=variables,
+                       warnings=list(res.get("warnings") or []),
+                       checkpoint_id=res.get("checkpoint_id") or rec.checkpoint_id,
+                       reason="restored from checkpoint (the live process did not come back: "
+                       f"{out.get('reason') or 'fresh kernel'})",
+                       bytes=sum(int(v.get("size") or 0) for v in variables
+                                 if v.get("status") == "restored"))
+            metrics.FALLBACK_RESTORES.labels(self.app.backend_name).inc()
+
+        await asyncio.gather(*(one(r) for r in fresh))
+
+    def _report(self, flight: Flight, status: str, requested: str, usable: str | None,
+                records: list[KernelRecord], ctx: ResumeContext,
+                outcomes: dict[str, dict[str, Any]], marks: dict[str, float],
+                outcome: str) -> dict[str, Any]:
+        kernels = []
+        for rec in records:
+            out = outcomes.get(rec.kernel_id, {"outcome": "failed", "reason": "not verified"})
+            if out["outcome"] == "live":
+                variables = [{**_variable(v), "status": "live"} for v in rec.variables
+                             if v.get("status") == "saved"]
+                variables += [_variable(v) for v in rec.variables if v.get("status") != "saved"]
+            else:
+                variables = [_variable(v) for v in out.get("variables", [])]
+            kernels.append({
+                "path": rec.path, "kernel_id": ctx.kernel_map.get(rec.kernel_id),
+                "previous_kernel_id": rec.kernel_id, "outcome": out["outcome"],
+                "reason": out.get("reason"),
+                "checkpoint_id": out.get("checkpoint_id") or rec.checkpoint_id,
+                "warnings": out.get("warnings", []), "variables": variables,
+            })
+        return {
+            "flight_id": flight.id, "outcome": outcome, "requested": requested, "usable": usable,
+            "first_cell": None, "trigger": flight.trigger,
+            "durations": {k: round(v, 3) for k, v in marks.items()}, "kernels": kernels,
+        }
+
+    def _watch_first_cell(self, flight: Flight, kernel_id: str, rec: KernelRecord) -> None:
+        async def watch() -> None:
+            try:
+                if await kbridge.wait_first_execute(self.serverapp, kernel_id,
+                                                    self.app.first_cell_watch):
+                    for task in self._watchers:
+                        if task is not asyncio.current_task():
+                            task.cancel()
+                    await self._record("first_cell_ran", flight=flight, path=rec.path,
+                                       kernel_id=kernel_id)
+            except asyncio.CancelledError:
+                pass
+            except Exception as e:
+                self.log.debug("jupyter_pause: first-cell watch ended: %s", e)
+
+        self._watchers.append(asyncio.ensure_future(watch()))
+
+    # ---------------------------------------------------------------- failure and backends
+
+    async def _fail(self, flight: Flight, step: str, exc: Exception, *, state_after: str,
+                    report: dict[str, Any] | None = None) -> None:
+        reason = getattr(exc, "reason", None) or (
+            "timeout" if isinstance(exc, asyncio.TimeoutError) else "other")
+        message = str(exc) or exc.__class__.__name__
+        hint = getattr(exc, "hint", None)
+        if not isinstance(exc, (StepError, BackendError)):
+            self.log.exception("jupyter_pause: %s failed during %s", flight.kind, step)
+            message = f"{step} failed: {message}"
+        metrics.FAILURES.labels(self.app.backend_name, flight.kind,
+                                metrics.failure_reason(reason)).inc()
+        fields: dict[str, Any] = {"step": step, "reason": reason, "message": message,
+                                  "hint": hint, "state_after": state_after}
+        if report is not None:
+            fields["report"] = report
+        self.step = None
+        await self._record("failed", flight=flight, **fields)
+
+    def _backend_report(self, event: str, **fields: Any) -> asyncio.Task:
+        return asyncio.ensure_future(self._record(event, **fields))
+
+    def _backend_progress(self, message: str) -> None:
+        name = self.step["name"] if self.step else self.state["state"]
+        self._set_step(name, message)
+
+    # ---------------------------------------------------------------- activity (policy input)
+
+    async def sample_activity(self) -> None:
+        """Journal kernel activity at most once per call (the app calls it once a minute)."""
+        km = self.serverapp.kernel_manager
+        ids = list(km.list_kernel_ids())
+        busy = sum(1 for k in ids if kbridge.execution_state(self.serverapp, k) == "busy")
+        last = getattr(km, "last_kernel_activity", None)
+        if busy == 0 and last == self._activity_seen:
+            return
+        self._activity_seen = last
+        connections = sum(getattr(km, "_kernel_connections", {}).get(k, 0) for k in ids)
+        await self._record("activity", flight=False, busy_kernels=busy, connections=connections,
+                           kernels=len(ids))
+
+
+def _variable(v: dict[str, Any]) -> dict[str, Any]:
+    status = v.get("status")
+    cell = v.get("cell")
+    return {
+        "name": v.get("name"), "kind": v.get("kind"), "size": v.get("size"), "status": status,
+        "reason": v.get("reason"), "cell": cell,
+        "recomputable": bool(cell) and status in ("skipped", "stale", "failed"),
+    }

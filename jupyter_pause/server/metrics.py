@@ -1,0 +1,63 @@
+"""Prometheus metrics, in the default registry so they appear on jupyter_server's ``/metrics``.
+
+Module-level objects: a process registers each metric once, however many servers it runs
+(pytest starts several in one process).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# Failure reasons are a closed set so the `reason` label stays bounded.
+FAILURE_REASONS = frozenset({
+    "kernel_busy", "checkpoint_error", "storage_full", "integrity_error", "not_found",
+    "snapshot_failed", "backend_error", "kernel_start", "capacity", "timeout", "interrupted",
+    "restore_error", "kernel_died", "other",
+})
+
+_DURATION_BUCKETS = (1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, float("inf"))
+
+PAUSE_DURATION = Histogram(
+    "jupyter_pause_pause_duration_seconds",
+    "Time from pause requested to accelerator released (successful pauses).",
+    ["backend"], buckets=_DURATION_BUCKETS,
+)
+RESUME_DURATION = Histogram(
+    "jupyter_pause_resume_duration_seconds",
+    "Time from resume requested to kernels usable.",
+    ["backend", "outcome"], buckets=_DURATION_BUCKETS,
+)
+CHECKPOINT_BYTES = Counter(
+    "jupyter_pause_checkpoint_bytes_written",
+    "Bytes written by checkpoints at pause (after deduplication).",
+    ["backend"],
+)
+CHECKPOINT_SIZE = Gauge(
+    "jupyter_pause_checkpoint_size_bytes",
+    "Total size of the kernel state captured by the last pause's checkpoints.",
+    ["backend"],
+)
+ACCELERATOR_SECONDS_RELEASED = Counter(
+    "jupyter_pause_accelerator_seconds_released",
+    "Accelerator-seconds given back: (resume requested - accelerator released) x count.",
+    ["backend", "accelerator"],
+)
+FALLBACK_RESTORES = Counter(
+    "jupyter_pause_fallback_restores",
+    "Kernels restored from the application checkpoint because the live process did not come back.",
+    ["backend"],
+)
+FAILURES = Counter(
+    "jupyter_pause_failures",
+    "Failed pause/resume flights by step and reason.",
+    ["backend", "kind", "reason"],
+)
+FLIGHTS = Counter(
+    "jupyter_pause_flights",
+    "Pause/resume flights started, by kind and trigger.",
+    ["backend", "kind", "trigger"],
+)
+
+
+def failure_reason(reason: str | None) -> str:
+    return reason if reason in FAILURE_REASONS else "other"

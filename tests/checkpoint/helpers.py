@@ -1,0 +1,49 @@
+"""Shared bits for the checkpoint tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_py(
+    code: str, *args: str, timeout: float = 120, check: bool = True, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``code`` as a fresh ``__main__`` script (so its definitions live in __main__)."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
+    e.update(env or {})
+    p = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=e,
+        check=False,
+    )
+    if check and p.returncode != 0:
+        raise AssertionError(f"subprocess failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def statuses(report) -> dict[str, str]:
+    return {v.name: v.status for v in report}
+
+
+class SideEffect:
+    """Unpickling this writes a marker file: proof that a stream was (or was not) unpickled."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __getstate__(self):
+        return {"marker": self.marker}
+
+    def __setstate__(self, state):
+        self.marker = state["marker"]
+        with open(self.marker, "w") as f:
+            f.write("unpickled")

@@ -1,0 +1,140 @@
+"""Crash safety (SIGKILL at many points of a write) and a full disk (a small tmpfs)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from jupyter_pause.checkpoint import StorageFullError, gc, open_store, read, write
+
+from .helpers import ROOT
+
+CHILD = """
+import sys, time
+import numpy as np
+from jupyter_pause.checkpoint import load_or_create_key, open_store, write
+use_torch = sys.argv[3] == "1"
+store, key = open_store(sys.argv[1]), load_or_create_key(sys.argv[2])
+ns = {"gen": 1, "arr": np.full(1000, 1.0)}
+write(ns, store, key=key, keep=None)
+rng = np.random.default_rng(2)
+ns = {"gen": 2, "small": [{"i": i} for i in range(20000)]}
+for i in range(6):
+    ns[f"a{i}"] = rng.normal(size=1_000_000)  # 8 MB each, out of band
+if use_torch:
+    import torch
+    ns["model"] = torch.nn.Linear(1000, 2000)
+print("START", flush=True)
+write(ns, store, key=key, keep=None)
+print("DONE", flush=True)
+time.sleep(30)
+"""
+
+
+def _run_and_kill(store_dir, key_path, delay, use_torch):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(CHILD),
+            store_dir,
+            key_path,
+            "1" if use_torch else "0",
+        ],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        line = p.stdout.readline()
+        assert line.strip() == "START", line
+        time.sleep(delay)
+        p.send_signal(signal.SIGKILL)
+        rest = p.stdout.read()
+    finally:
+        p.kill()
+        p.wait()
+    return "DONE" in rest
+
+
+@pytest.mark.parametrize("use_torch", [False, True])
+def test_sigkill_during_write_never_leaves_a_lying_checkpoint(tmp_path, key, use_torch):
+    key_path = str(tmp_path / "keys" / "checkpoint.key")
+    delays = [0.0, 0.005, 0.01, 0.02, 0.04, 0.07, 0.1, 0.15, 0.25, 0.4, 0.7]
+    if use_torch:
+        delays = [0.0, 0.15, 0.5]
+    completed = 0
+    for i, delay in enumerate(delays):
+        d = str(tmp_path / f"s{i}")
+        finished = _run_and_kill(d, key_path, delay, use_torch)
+        store = open_store(d)
+        ids = store.manifest_ids("default")
+        assert 1 <= len(ids) <= 2
+        rr = read(store, key=key)  # the newest manifest must be fully valid
+        if len(ids) == 2:
+            completed += 1
+            assert rr.values["gen"] == 2
+            rng = np.random.default_rng(2)
+            for j in range(6):
+                np.testing.assert_array_equal(rr.values[f"a{j}"], rng.normal(size=1_000_000))
+        else:
+            assert not finished
+            assert rr.values["gen"] == 1
+        assert read(store, key=key, checkpoint_id=ids[-1]).values["gen"] == 1
+        # the killed writer's temp files and orphan blobs are collectable
+        gc(store)
+        assert [n for n in os.listdir(os.path.join(d, "tmp")) if n.endswith(".part")] == []
+        assert read(store, key=key).values["gen"] in (1, 2)
+    assert completed < len(delays), "no kill landed inside a write"
+
+
+def _files(root):
+    return sorted(f for _, _, fs in os.walk(root) for f in fs)
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
+        capture_output=True,
+        check=False,
+    )
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        yield str(mnt)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
+
+
+def test_full_disk_is_a_clear_error_and_loses_nothing(tiny_fs, key):
+    store = open_store(os.path.join(tiny_fs, "store"))
+    first = write({"a": np.arange(50_000), "n": 1}, store, key=key)
+    blobs_before = _files(os.path.join(store.root, "blobs"))
+    torch = pytest.importorskip("torch")
+    big = {
+        "a": np.arange(50_000),
+        "n": 2,
+        "b": np.ones(300_000),
+        "t": torch.ones(200_000),
+        "s": list(range(100)),
+    }
+    with pytest.raises(StorageFullError) as ei:
+        write(big, store, key=key)
+    msg = str(ei.value)
+    assert "no space left" in msg and "\n" not in msg
+    assert store.manifest_ids("default") == [first.checkpoint_id]
+    assert [n for n in os.listdir(os.path.join(store.root, "tmp"))] == []
+    assert _files(os.path.join(store.root, "blobs")) == blobs_before
+    rr = read(store, key=key)
+    assert rr.values["n"] == 1 and rr.values["a"].sum() == np.arange(50_000).sum()

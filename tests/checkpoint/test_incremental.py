@@ -1,0 +1,94 @@
+"""Incremental checkpoints, retention and garbage collection."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from jupyter_pause.checkpoint import WriteCache, gc, read, write
+
+
+def _blobs_on_disk(store):
+    root = os.path.join(store.root, "blobs")
+    return {f for _, _, fs in os.walk(root) for f in fs}
+
+
+def test_unchanged_writes_nothing_and_one_changed_tensor_writes_only_it(store, key):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    state = {f"w{i}": torch.randn(4096) for i in range(150)}  # 150 x 16 KiB
+    model = torch.nn.Linear(64, 64)
+    ns = {"state": state, "model": model, "arr": np.arange(300_000), "meta": {"step": 1}}
+    cache = WriteCache()
+    r1 = write(ns, store, key=key, cache=cache)
+    assert r1.bytes_written >= 150 * 16384
+    r2 = write(ns, store, key=key, cache=cache)
+    assert r2.bytes_written == 0, r2.bytes_written
+    assert r2.bytes_total == r1.bytes_total
+    with torch.no_grad():
+        state["w7"].add_(1.0)
+    r3 = write(ns, store, key=key, cache=cache)
+    assert 16384 <= r3.bytes_written <= 16384 + 4096, r3.bytes_written
+    # each checkpoint reads back its own values; the old pack was never modified
+    v1 = read(store, key=key, checkpoint_id=r1.checkpoint_id).values
+    v3 = read(store, key=key, checkpoint_id=r3.checkpoint_id).values
+    torch.testing.assert_close(v3["state"]["w7"], state["w7"])
+    torch.testing.assert_close(v1["state"]["w7"], state["w7"] - 1.0)
+    torch.testing.assert_close(v3["state"]["w8"], state["w8"])
+    # a python-level change rewrites only the small stream
+    ns["meta"]["step"] = 2
+    r4 = write(ns, store, key=key, cache=cache)
+    assert 0 < r4.bytes_written < 16384  # the small-stream bundle only, no tensor data
+    assert read(store, key=key).values["meta"] == {"step": 2}
+    # replacing a tensor object (new storage) is detected
+    state["w9"] = torch.zeros(4096)
+    r5 = write(ns, store, key=key, cache=cache)
+    assert r5.bytes_written >= 16384
+    assert read(store, key=key).values["state"]["w9"].sum().item() == 0
+
+
+def test_changed_numpy_buffer_is_rewritten(store, key):
+    arr = np.zeros(500_000)
+    ns = {"arr": arr}
+    cache = WriteCache()
+    write(ns, store, key=key, cache=cache)
+    assert write(ns, store, key=key, cache=cache).bytes_written == 0
+    arr[123] = 5
+    r = write(ns, store, key=key, cache=cache)
+    assert r.bytes_written >= arr.nbytes
+    assert read(store, key=key).values["arr"][123] == 5
+
+
+def test_cache_survives_blob_loss(store, key):
+    """A cached blob removed behind the cache's back is written again, never referenced dead."""
+    ns = {"arr": np.ones(300_000)}
+    cache = WriteCache()
+    r1 = write(ns, store, key=key, cache=cache, keep=1)
+    store.delete(r1.checkpoint_id)
+    gc(store)
+    assert _blobs_on_disk(store) == set()
+    r2 = write(ns, store, key=key, cache=cache)
+    assert r2.bytes_written >= 2_400_000
+    assert read(store, key=key).values["arr"].sum() == 300_000
+
+
+def test_retention_and_gc_remove_exactly_unreferenced(store, key):
+    refs = []
+    for i in range(4):
+        r = write({"a": np.full(200_000, i), "i": i}, store, key=key, keep=2)
+        refs.append(set(r.manifest.blobs))
+    ids = store.manifest_ids("default")
+    assert len(ids) == 2
+    assert _blobs_on_disk(store) == refs[2] | refs[3]
+    other = write({"b": np.full(200_000, 9)}, store, key=key, stream="other", keep=None)
+    store.delete(ids[1])  # the older of the two kept
+    dry = gc(store, dry_run=True)
+    assert set(dry["removed"]) == refs[2] - refs[3]
+    assert _blobs_on_disk(store) == refs[2] | refs[3] | set(other.manifest.blobs)
+    out = gc(store)
+    assert set(out["removed"]) == refs[2] - refs[3] and out["bytes_freed"] > 0
+    assert _blobs_on_disk(store) == refs[3] | set(other.manifest.blobs)
+    assert read(store, key=key).values["i"] == 3
+    assert read(store, key=key, stream="other").values["b"][0] == 9

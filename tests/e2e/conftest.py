@@ -1,0 +1,92 @@
+"""Fixtures for the real-browser tests: a real `jupyter lab` subprocess and Debian's Chromium.
+
+Python Playwright drives the system Chromium (never `playwright install`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from .labserver import CHROMIUM, CHROMIUM_ARGS, REPO, LabServer, shot, start_lab
+
+
+@pytest.fixture
+def lab_factory(tmp_path_factory, request) -> Iterator[Callable[..., LabServer]]:
+    """Start `jupyter lab` servers (extra CLI args allowed); all are stopped at teardown."""
+    started: list[LabServer] = []
+
+    def start(*extra: str) -> LabServer:
+        server = start_lab(tmp_path_factory.mktemp("lab"), list(extra))
+        started.append(server)
+        return server
+
+    yield start
+    rep = getattr(request.node, "rep_call", None)
+    for i, server in enumerate(started):
+        server.stop()
+        if rep is not None and rep.failed:  # keep the server log next to the screenshots
+            out = REPO / "test-output" / "e2e-logs"
+            out.mkdir(parents=True, exist_ok=True)
+            shutil.copy(server.log_path, out / f"{request.node.name}-{i}.log")
+
+
+@pytest.fixture
+def lab(lab_factory) -> LabServer:
+    return lab_factory()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, request):
+    """A fresh page; JavaScript errors on the page fail the test."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.set_default_timeout(30_000)
+    yield pg
+    if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
+        shot(pg, f"FAILED-{request.node.name}")
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "e2e: real-browser test (Chromium + jupyter lab)")
+
+
+# pytest-jupyter's autouse loop fixtures would close the event loop that Playwright's sync API
+# runs in this thread. The browser tests run their server in a subprocess and need neither.
+@pytest.fixture
+def jp_asyncio_loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture
+def jp_server_cleanup():
+    yield

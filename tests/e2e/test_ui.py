@@ -1,0 +1,213 @@
+"""Real-browser tests of the JupyterLab extension: Chromium + a real `jupyter lab` + real kernels.
+
+Run: `python -m pytest tests/e2e -q` (needs Debian's chromium at /usr/bin/chromium).
+Screenshots of the main states land in test-output/screenshots/.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from .labserver import LabServer, needs_chromium, shot
+
+pytestmark = [pytest.mark.e2e, needs_chromium]
+
+SLOW = 120_000  # ms: a pause or resume starts and stops real kernels on a 2-core machine
+
+RECORD_STATES = """() => {
+  const el = document.querySelector('.jp-PauseStatus');
+  window.__pauseStates = [];
+  const rec = () => {
+    const s = el.dataset.state;
+    const list = window.__pauseStates;
+    if (list[list.length - 1] !== s) list.push(s);
+  };
+  rec();
+  new MutationObserver(rec).observe(el, {attributes: true, attributeFilter: ['data-state']});
+}"""
+
+
+def expect():
+    from playwright.sync_api import expect as _expect
+
+    return _expect
+
+
+def open_notebook(page, lab: LabServer, name: str):
+    page.goto(lab.lab_url(name))
+    panel = page.locator(".jp-NotebookPanel:visible")
+    expect()(panel).to_have_count(1, timeout=60_000)
+    # The kernel is up when the status bar says Idle.
+    expect()(page.locator("#jp-main-statusbar")).to_contain_text("Idle", timeout=60_000)
+    expect()(page.locator(".jp-PauseStatus")).to_be_visible()
+    return panel
+
+
+def run_cell(page, panel, index: int, code: str) -> None:
+    """Type `code` into cell `index` and run it with Shift+Enter."""
+    cell = panel.locator(".jp-Cell").nth(index)
+    cell.locator(".cm-content").click()
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.insert_text(code)
+    page.keyboard.press("Shift+Enter")
+
+
+def cell_output(panel, index: int):
+    return panel.locator(".jp-Cell").nth(index).locator(".jp-OutputArea-output")
+
+
+def pause_button(panel):
+    # JupyterLab 4 toolbar buttons are <jp-button> web components: title and aria-* on the host.
+    return panel.locator(".jp-PauseButton jp-button")
+
+
+def expect_enabled(button, enabled: bool = True, timeout: float = 30_000) -> None:
+    expect()(button).to_have_attribute(
+        "aria-disabled", "false" if enabled else "true", timeout=timeout
+    )
+
+
+def status_item(page):
+    return page.locator(".jp-PauseStatus")
+
+
+def test_pause_resume_restores_variables(lab: LabServer, page) -> None:
+    """Define variables, Pause, see it reach paused, Resume, report says restored, use them."""
+    lab.write_notebook("analysis.ipynb", "", "")
+    panel = open_notebook(page, lab, "analysis.ipynb")
+    status = status_item(page)
+    expect()(status).to_have_attribute("data-state", "running", timeout=30_000)
+    expect()(status).to_have_text(re.compile("Workspace running"))
+
+    run_cell(
+        page,
+        panel,
+        0,
+        "import numpy as np\nx = 41\nnames = ['a', 'b']\narr = np.arange(5)\nprint('defined', x)",
+    )
+    expect()(cell_output(panel, 0)).to_contain_text("defined 41", timeout=60_000)
+    expect()(page.locator("#jp-main-statusbar")).to_contain_text("Idle")
+
+    button = pause_button(panel)
+    expect_enabled(button)
+    expect()(button).to_have_text("Pause")
+    expect()(button).to_have_attribute("title", re.compile("checkpoint of every kernel"))
+    shot(page, "01-running")
+
+    page.evaluate(RECORD_STATES)
+    button.click()
+    expect()(status).to_have_attribute("data-state", "paused", timeout=SLOW)
+    expect()(status).to_have_text(re.compile("Paused"))
+    assert "checkpoint" in (status.get_attribute("title") or "").lower()
+    # The button turned into Resume.
+    expect()(button).to_have_text("Resume")
+    expect_enabled(button)
+    shot(page, "02-paused")
+    states = page.evaluate("window.__pauseStates")
+    assert states[0] == "running" and states[-1] == "paused", states
+    server = lab.pause_status()
+    assert server["state"] == "paused", server
+    assert server["last_checkpoint"], server
+
+    page.evaluate(RECORD_STATES)
+    button.click()
+    expect()(status).to_have_attribute("data-state", "ready", timeout=SLOW)
+    expect()(status).to_have_text("Restored from checkpoint")
+    states = page.evaluate("window.__pauseStates")
+    assert states[0] == "paused" and states[-1] == "ready", states
+
+    # The notification offers the report; the report says what came back and how.
+    toast = page.locator(".Toastify__toast", has_text="restored from checkpoint")
+    expect()(toast).to_be_visible(timeout=30_000)
+    page.wait_for_timeout(800)  # let the toast finish sliding in before the screenshot
+    shot(page, "03-resumed-notification")
+    toast.get_by_role("button", name="Show report").click()
+    dialog = page.locator(".jp-Dialog .jp-PauseReport")
+    expect()(dialog).to_be_visible()
+    expect()(dialog).to_contain_text("restored from checkpoint")
+    restored = dialog.locator(".jp-PauseReport-group[data-group='restored']")
+    for name in ("x", "names", "arr"):
+        expect()(restored).to_contain_text(name)
+    expect()(dialog).to_contain_text("Resume request → kernel usable")
+    shot(page, "04-report")
+    page.locator(".jp-Dialog").get_by_role("button", name="Close").click()
+    expect()(page.locator(".jp-Dialog")).to_have_count(0)
+
+    # The restored kernel has the variables.
+    expect()(button).to_have_text("Pause")
+    run_cell(page, panel, 1, "print(x + 1, names, int(arr.sum()))")
+    expect()(cell_output(panel, 1)).to_contain_text("42 ['a', 'b'] 10", timeout=60_000)
+    shot(page, "05-after-resume")
+
+
+def test_button_disabled_while_cell_runs(lab: LabServer, page) -> None:
+    lab.write_notebook("busy.ipynb", "")
+    panel = open_notebook(page, lab, "busy.ipynb")
+    button = pause_button(panel)
+    expect_enabled(button)
+
+    run_cell(page, panel, 0, "import time\ntime.sleep(5)\nprint('slept')")
+    expect_enabled(button, False, timeout=5_000)
+    expect()(button).to_have_attribute("title", re.compile(r"running in busy\.ipynb"))
+    shot(page, "06-busy-disabled")
+    # The palette command follows the same rule.
+    page.keyboard.press("ControlOrMeta+Shift+c")
+    page.keyboard.insert_text("Pause Workspace")
+    item = page.locator(".lm-CommandPalette-item", has_text="Pause Workspace")
+    expect()(item).to_have_class(re.compile("lm-mod-disabled"))
+    page.keyboard.press("Escape")
+
+    expect()(cell_output(panel, 0)).to_contain_text("slept", timeout=30_000)
+    expect_enabled(button, timeout=10_000)
+
+
+def test_failed_pause_shows_reason(lab_factory, page) -> None:
+    """A pause the server refuses (a kernel busy past busy_timeout): the UI says why, and the
+    kernel keeps its state. The button is disabled while a cell runs, so the pause comes from
+    outside the page, as `jupyter pause`, `%pause` elsewhere or the idle policy would send it."""
+    lab = lab_factory("--PauseApp.busy_timeout=1")
+    lab.write_notebook("fails.ipynb", "", "", "")
+    panel = open_notebook(page, lab, "fails.ipynb")
+    run_cell(page, panel, 0, "y = 7\nprint('y set')")
+    expect()(cell_output(panel, 0)).to_contain_text("y set", timeout=60_000)
+    button = pause_button(panel)
+    expect_enabled(button)
+
+    run_cell(page, panel, 1, "import time\ntime.sleep(60)")
+    expect_enabled(button, False, timeout=10_000)
+    lab.api("POST", "jupyter-pause/api/pause", {"trigger": "api", "interrupt": False})
+    status = status_item(page)
+    expect()(status).to_have_attribute("data-state", "failed", timeout=SLOW)
+    expect()(status).to_have_text("Pause failed")
+    server = lab.pause_status()
+    reason = server["reason"]
+    assert "fails.ipynb" in reason, server
+    assert reason in (status.get_attribute("title") or "")
+    toast = page.locator(".Toastify__toast", has_text="Pause failed")
+    expect()(toast).to_be_visible(timeout=10_000)
+    expect()(toast).to_contain_text("fails.ipynb")
+    page.wait_for_timeout(800)
+    shot(page, "07-pause-failed")
+
+    # Keyboard: the status item is focusable and Enter opens the details with the reason.
+    status.focus()
+    page.keyboard.press("Enter")
+    dialog = page.locator(".jp-Dialog .jp-PauseReport")
+    expect()(dialog).to_contain_text(reason)
+    if server.get("hint"):
+        expect()(dialog).to_contain_text(server["hint"])
+    shot(page, "08-failed-details")
+    page.keyboard.press("Escape")
+    expect()(page.locator(".jp-Dialog")).to_have_count(0)
+
+    # Nothing was lost: interrupt the sleep; the kernel still has y; Pause is offered again.
+    panel.locator(".jp-Cell").nth(1).click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("i")
+    page.keyboard.press("i")
+    expect_enabled(button, timeout=30_000)
+    run_cell(page, panel, 2, "print(y * 6)")
+    expect()(cell_output(panel, 2)).to_contain_text("42", timeout=60_000)
+    expect()(button).to_have_text("Pause")

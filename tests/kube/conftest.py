@@ -1,0 +1,91 @@
+"""Fixtures for the Kubernetes tests: the API test server, the simulated cluster, and contexts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jupyter_pause.cluster.base import PauseContext, ResumeContext
+from jupyter_pause.cluster.kube import api_client_for
+
+from .apiserver import ApiServerThread
+from .simcluster import SimCluster
+
+NS = "user-ns"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "kube_apiserver: needs a real kube-apiserver + etcd (tests/kube/scripts)")
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict]] = []
+        self.messages: list[str] = []
+
+    def report(self, event: str, **fields: Any) -> None:
+        self.events.append((event, fields))
+
+    def progress(self, message: str) -> None:
+        self.messages.append(message)
+
+
+def pause_ctx(rec: Recorder, flight: str = "f1") -> PauseContext:
+    return PauseContext(flight_id=flight, trigger="manual", serverapp=None, kernels=[],
+                        accelerator={"type": "nvidia-l4", "count": 1}, _report=rec.report,
+                        _progress=rec.progress)
+
+
+def resume_ctx(rec: Recorder, flight: str = "f2") -> ResumeContext:
+    return ResumeContext(flight_id=flight, trigger="startup", serverapp=None, kernels=[],
+                         accelerator={"type": "nvidia-l4", "count": 1}, _report=rec.report,
+                         _progress=rec.progress)
+
+
+def notebook_pod(name: str, *, labels: dict | None = None, gpu_model: str | None = None,
+                 annotations: dict | None = None, image: str = "jupyter/lab:1") -> dict:
+    spec: dict[str, Any] = {
+        "runtimeClassName": "gvisor",
+        "serviceAccountName": "jupyter",
+        "containers": [{"name": "jupyterlab", "image": image,
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+    }
+    if gpu_model:
+        spec["nodeSelector"] = {"cloud.google.com/gke-accelerator": gpu_model}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": labels or {"jupyter-pause.io/workspace": name},
+                         "annotations": annotations or {}},
+            "spec": spec}
+
+
+@pytest.fixture
+def apiserver():
+    srv = ApiServerThread().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def admin(apiserver):
+    return api_client_for(apiserver.url)
+
+
+@pytest.fixture
+def notebook_client(apiserver):
+    """The notebook's client (the fake server applies `deny` switches to every caller)."""
+    return api_client_for(apiserver.url)
+
+
+@pytest.fixture
+def sim(admin):
+    cluster = SimCluster(admin, NS, nodes={"gpu-l4-a": ("nvidia-l4", 1)}).start()
+    yield cluster
+    cluster.stop()
+    assert not cluster.errors, cluster.errors
+
+
+@pytest.fixture
+def recorder():
+    return Recorder()

@@ -1,0 +1,511 @@
+"""A simulated GKE cluster that plays scheduler, kubelet, StatefulSet/Workspace controllers and the
+Pod Snapshot agent against any Kubernetes API (the test server or a real kube-apiserver).
+
+It only talks through the official client with its own (admin) credentials, polling a namespace,
+so the same simulation drives both test tiers. Every fault the product must survive is a switch:
+
+- `nodes`: GPU nodes `{name: (model, count)}`; `add_node()` at any time ("capacity appears").
+- `trigger_outcome`: "complete" | "failed" | "error"; `upload_outcome`: "ready" | "failed" | "hang";
+  `upload_s`: seconds a snapshot stays AwaitingCheckpoint.
+- `restore_mode`: "auto" (PodRestored=True when the node's GPU model and the distilled pod spec match
+  the snapshot's, silent cold start otherwise, as GKE does) | "fail" (PodRestored=False).
+- `stuck_deleting`: snapshots keep their finalizer.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import secrets
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+G, V = "podsnapshot.gke.io", "v1"
+KF, KFV = "kubeflow.org", "v1beta1"
+GPU = "nvidia.com/gpu"
+WS_LABEL = "notebooks.kubeflow.org/workspace-name"
+PS_NAME = "podsnapshot.gke.io/ps-name"
+FINALIZER = "podsnapshot.gke.io/cleanup"
+SIM = "sim.test/"
+GKW = "podsnapshot.gke.kubeflow.org/"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def cond(obj: dict, ctype: str) -> dict | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype:
+            return c
+    return None
+
+
+def mkcond(ctype: str, status: str, reason: str = "", message: str = "") -> dict:
+    c = {"type": ctype, "status": status, "lastTransitionTime": now_iso()}
+    if reason:
+        c["reason"] = reason
+    if message:  # never an empty string: the client sends it as null, which a CRD schema rejects
+        c["message"] = message
+    return c
+
+
+def set_cond(conds: list[dict], c: dict) -> list[dict]:
+    return [x for x in conds if x.get("type") != c["type"]] + [c]
+
+
+def spec_hash(pod: dict) -> str:
+    """GKE's distilled pod spec, simulated: what the containers run and mount."""
+    spec = pod.get("spec") or {}
+    data = [{k: c.get(k) for k in ("image", "command", "args", "workingDir", "volumeMounts")}
+            for c in spec.get("containers") or []]
+    return hashlib.sha256(json.dumps([data, spec.get("volumes")], sort_keys=True).encode()
+                          ).hexdigest()[:12]
+
+
+def selector_match(sel: dict, labels: dict) -> bool:
+    return all(labels.get(k) == v for k, v in ((sel or {}).get("matchLabels") or {}).items())
+
+
+def gpu_request(pod: dict) -> int:
+    total = 0
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        total += int((res.get("limits") or {}).get(GPU) or (res.get("requests") or {}).get(GPU) or 0)
+    return total
+
+
+class SimCluster:
+    def __init__(self, api_client: client.ApiClient, namespace: str = "user-ns",
+                 nodes: dict[str, tuple[str, int]] | None = None, tick: float = 0.05) -> None:
+        self.api = api_client
+        self.ns = namespace
+        self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.nodes: dict[str, tuple[str, int]] = dict(nodes or {})
+        self.tick = tick
+        self.trigger_outcome = "complete"
+        self.trigger_message = "checkpoint failed: CUDA checkpoint returned an error"
+        self.upload_outcome = "ready"
+        self.upload_s = 0.2
+        self.restore_mode = "auto"
+        self.stuck_deleting = False
+        self.snapshots_created = 0
+        self.restores: list[tuple[str, str]] = []  # (pod, snapshot) restored live
+        self.log: list[str] = []
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="simcluster")
+
+    # -- control --
+    def start(self) -> SimCluster:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def add_node(self, name: str, model: str, count: int = 1) -> None:
+        with self._lock:
+            self.nodes[name] = (model, count)
+
+    def node_model(self, node: str | None) -> str | None:
+        return self.nodes.get(node or "", (None, 0))[0]
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception as e:  # noqa: BLE001 (keep simulating; tests look at .errors)
+                body = getattr(e, "body", None)
+                self.errors.append(f"{type(e).__name__}: {body or e}"[:400])
+            self._stop.wait(self.tick)
+
+    # -- API helpers (dicts) --
+    @staticmethod
+    def _raw(fn, *args, **kw) -> Any:
+        """Raw JSON (the typed models are strict about fields the servers fill differently)."""
+        return json.loads(fn(*args, _preload_content=False, **kw).data)
+
+    def pods(self) -> list[dict]:
+        return self._raw(self.core.list_namespaced_pod, self.ns).get("items") or []
+
+    def cr(self, plural: str, group: str = G, version: str = V) -> list[dict]:
+        return self.custom.list_namespaced_custom_object(group, version, self.ns, plural)["items"]
+
+    def patch_cr_status(self, plural: str, name: str, status: dict, group: str = G,
+                        version: str = V) -> None:
+        self.custom.patch_namespaced_custom_object_status(group, version, self.ns, plural, name,
+                                                          {"status": status})
+
+    def patch_pod_status(self, name: str, status: dict) -> None:
+        self.core.patch_namespaced_pod_status(name, self.ns, {"status": status})
+
+    def create_pod(self, body: dict) -> None:
+        try:
+            self.core.create_namespaced_pod(self.ns, body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+    def delete_pod(self, name: str) -> None:
+        try:
+            self.core.delete_namespaced_pod(name, self.ns, grace_period_seconds=0)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    # -- one simulation step --
+    def step(self) -> None:
+        self.workspace_controller()
+        self.statefulset_controller()
+        pods = self.pods()
+        self.kubelet(pods)
+        self.scheduler(pods)
+        self.snapshot_agent()
+
+    def workspace_controller(self) -> None:
+        try:
+            workspaces = self.cr("workspaces", KF, KFV)
+        except ApiException:
+            return
+        for ws in workspaces:
+            name = ws["metadata"]["name"]
+            if self.gkw_addon(ws):
+                continue
+            paused = bool((ws.get("spec") or {}).get("paused"))
+            sts_name = f"ws-{name}"
+            want = 0 if paused else 1
+            try:
+                sts = self._raw(self.apps.read_namespaced_stateful_set, sts_name, self.ns)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                tmpl = copy.deepcopy(ws.get("metadata", {}).get("annotations", {}).get(
+                    SIM + "pod-template") or "{}")
+                tmpl = json.loads(tmpl) if isinstance(tmpl, str) else tmpl
+                spec = tmpl or {"containers": [{"name": "jupyterlab", "image": "jupyter:1",
+                                                "resources": {"limits": {GPU: "1"}}}]}
+                body = {"metadata": {"name": sts_name, "labels": {WS_LABEL: name},
+                                     "ownerReferences": [{
+                                         "apiVersion": f"{KF}/{KFV}", "kind": "Workspace",
+                                         "name": name, "uid": ws["metadata"]["uid"],
+                                         "controller": True}]},
+                        "spec": {"replicas": want, "serviceName": sts_name,
+                                 "selector": {"matchLabels": {WS_LABEL: name}},
+                                 "template": {"metadata": {"labels": {WS_LABEL: name}},
+                                              "spec": spec}}}
+                self.apps.create_namespaced_stateful_set(self.ns, body)
+                continue
+            if (sts.get("spec") or {}).get("replicas") != want:
+                self.apps.patch_namespaced_stateful_set(sts_name, self.ns,
+                                                        {"spec": {"replicas": want}})
+            pod = next((p for p in self.pods() if p["metadata"]["name"] == f"{sts_name}-0"), None)
+            state, msg = "Paused" if paused else "Pending", ""
+            if pod:
+                sched = cond(pod, "PodScheduled")
+                if sched and sched.get("reason") == "Unschedulable":
+                    state, msg = "Error", f"Workspace Pod is unschedulable: {sched.get('message')}"
+                elif (pod.get("status") or {}).get("phase") == "Running":
+                    state = "Running"
+                elif pod["metadata"].get("deletionTimestamp"):
+                    state = "Terminating"
+            st = ws.get("status") or {}
+            if st.get("state") != state or st.get("stateMessage", "") != msg:
+                # Never "" or null for a field that is absent: the client sends "" as null, and
+                # the apiserver's merge patch then stores null, which the schema rejects.
+                new: dict[str, Any] = {"state": state}
+                if msg or "stateMessage" in st:
+                    new["stateMessage"] = msg or None
+                self.patch_cr_status("workspaces", name, new, KF, KFV)
+
+    def gkw_addon(self, ws: dict) -> bool:
+        """GKE Workspaces' snapshot add-on: paused false->true while Running becomes a pod
+        snapshot first (webhook + reconciler, as in gke-labs/workspaces). True = handled now."""
+        ann = ws["metadata"].get("annotations") or {}
+        if ann.get(GKW + "enabled") != "true":
+            return False
+        name, state = ws["metadata"]["name"], ann.get(GKW + "checkpoint-state")
+        paused = bool((ws.get("spec") or {}).get("paused"))
+        running = any(p["metadata"]["name"] == f"ws-{name}-0" and
+                      (p.get("status") or {}).get("phase") == "Running" for p in self.pods())
+
+        def patch(body: dict) -> None:
+            self.custom.patch_namespaced_custom_object(KF, KFV, self.ns, "workspaces", name, body,
+                                                       _content_type="application/merge-patch+json")
+
+        if paused and running and state not in ("Checkpointing", "Ready"):
+            # the webhook: hold the pod, start checkpointing
+            patch({"spec": {"paused": False}, "metadata": {"annotations": {
+                GKW + "checkpoint-state": "Checkpointing",
+                GKW + "checkpoint-started-at": now_iso()}}})
+            policy = {"apiVersion": f"{G}/{V}", "kind": "PodSnapshotPolicy",
+                      "metadata": {"name": f"ws-{name}-policy"},
+                      "spec": {"selector": {"matchLabels": {WS_LABEL: name}},
+                               "storageConfigName": "kubeflow-pod-snapshot-storage-config",
+                               "triggerConfig": {"type": "manual", "postCheckpoint": "stop"},
+                               "retentionConfig": {"lastAccessTimeout": "7d"}}}
+            for plural, body in (("podsnapshotpolicies", policy), (
+                    "podsnapshotmanualtriggers", {
+                        "apiVersion": f"{G}/{V}", "kind": "PodSnapshotManualTrigger",
+                        "metadata": {"name": f"ws-{name}-trigger"},
+                        "spec": {"targetPod": f"ws-{name}-0"}})):
+                try:
+                    self.custom.create_namespaced_custom_object(G, V, self.ns, plural, body)
+                except ApiException as e:
+                    if e.status != 409:
+                        raise
+            return True
+        if state == "Checkpointing":
+            try:
+                trig = self.custom.get_namespaced_custom_object(
+                    G, V, self.ns, "podsnapshotmanualtriggers", f"ws-{name}-trigger")
+            except ApiException:
+                return True
+            snap = ((trig.get("status") or {}).get("snapshotCreated") or {}).get("name")
+            ready = snap and any(s["metadata"]["name"] == snap and cond(s, "Ready") and
+                                 cond(s, "Ready").get("status") == "True"
+                                 for s in self.cr("podsnapshots"))
+            if ready:  # no branch for a failed trigger: the add-on's known gap
+                patch({"spec": {"paused": True}, "metadata": {"annotations": {
+                    GKW + "checkpoint-state": "Ready", GKW + "last-checkpoint-name": snap}}})
+            return True
+        return False
+
+    def statefulset_controller(self) -> None:
+        for sts in self._raw(self.apps.list_namespaced_stateful_set, self.ns).get("items") or []:
+            name = sts["metadata"]["name"]
+            pod_name = f"{name}-0"
+            replicas = (sts.get("spec") or {}).get("replicas", 1)
+            existing = [p for p in self.pods() if p["metadata"]["name"] == pod_name]
+            if replicas >= 1 and not existing:
+                tmpl = copy.deepcopy(sts["spec"]["template"])
+                meta = tmpl.get("metadata") or {}
+                meta["name"] = pod_name
+                meta.setdefault("labels", {})["statefulset.kubernetes.io/pod-name"] = pod_name
+                meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                            "name": name, "uid": sts["metadata"]["uid"],
+                                            "controller": True}]
+                ws = meta["labels"].get(WS_LABEL)
+                if ws:  # GKE Workspaces' pod webhook pins the last checkpoint with ps-name
+                    try:
+                        wso = self.custom.get_namespaced_custom_object(KF, KFV, self.ns,
+                                                                       "workspaces", ws)
+                        last = (wso["metadata"].get("annotations") or {}).get(
+                            "podsnapshot.gke.kubeflow.org/last-checkpoint-name")
+                        if last:
+                            meta.setdefault("annotations", {})[PS_NAME] = last
+                    except ApiException:
+                        pass
+                tmpl["metadata"] = meta
+                self.create_pod({"apiVersion": "v1", "kind": "Pod", **tmpl})
+                self.log.append(f"sts created {pod_name}")
+            elif replicas == 0 and existing:
+                self.delete_pod(pod_name)
+                self.log.append(f"sts deleted {pod_name}")
+
+    def scheduler(self, pods: list[dict]) -> None:
+        used: dict[str, int] = {}
+        for p in pods:
+            node = (p.get("spec") or {}).get("nodeName")
+            if node and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                used[node] = used.get(node, 0) + gpu_request(p)
+        for p in pods:
+            spec = p.get("spec") or {}
+            if spec.get("nodeName") or p["metadata"].get("deletionTimestamp"):
+                continue
+            need = gpu_request(p)
+            want_model = (spec.get("nodeSelector") or {}).get("cloud.google.com/gke-accelerator")
+            with self._lock:
+                nodes = dict(self.nodes)
+            chosen, short, mismatch = None, 0, 0
+            for n, (model, count) in sorted(nodes.items()):
+                if want_model and model != want_model:
+                    mismatch += 1
+                elif count - used.get(n, 0) < need:
+                    short += 1
+                else:
+                    chosen = n
+                    break
+            name = p["metadata"]["name"]
+            if chosen:
+                used[chosen] = used.get(chosen, 0) + need
+                self.core.create_namespaced_pod_binding(
+                    name, self.ns, {"apiVersion": "v1", "kind": "Binding",
+                                    "metadata": {"name": name},
+                                    "target": {"apiVersion": "v1", "kind": "Node",
+                                               "name": chosen}},
+                    _preload_content=False)
+                conds = set_cond((p.get("status") or {}).get("conditions") or [],
+                                 mkcond("PodScheduled", "True"))
+                self.patch_pod_status(name, {"conditions": conds})
+                self.log.append(f"bound {name} to {chosen}")
+                continue
+            parts = []
+            if short:
+                parts.append(f"{short} Insufficient {GPU}")
+            if mismatch:
+                parts.append(f"{mismatch} node(s) didn't match Pod's node affinity/selector")
+            msg = f"0/{len(nodes)} nodes are available: {', '.join(parts) or 'no nodes'}."
+            c = cond(p, "PodScheduled")
+            if not c or c.get("reason") != "Unschedulable" or c.get("message") != msg:
+                conds = set_cond((p.get("status") or {}).get("conditions") or [],
+                                 mkcond("PodScheduled", "False", "Unschedulable", msg))
+                self.patch_pod_status(name, {"conditions": conds, "phase": "Pending"})
+
+    def kubelet(self, pods: list[dict]) -> None:
+        for p in pods:
+            meta, spec, st = p["metadata"], p.get("spec") or {}, p.get("status") or {}
+            name = meta["name"]
+            if meta.get("deletionTimestamp"):
+                self.delete_pod(name)
+                continue
+            if not spec.get("nodeName") or st.get("phase") != "Pending":
+                continue
+            conds = st.get("conditions") or []
+            snap = self.snapshot_for(p)
+            if snap is not None:
+                sann = snap["metadata"].get("annotations") or {}
+                if self.restore_mode == "fail":
+                    conds = set_cond(conds, mkcond("PodRestored", "False", "RestoreFailed",
+                                                   "restore failed: driver mismatch"))
+                elif (sann.get(SIM + "gpu-model") == self.node_model(spec["nodeName"])
+                      and sann.get(SIM + "spec-hash") == spec_hash(p)):
+                    sname = snap["metadata"]["name"]
+                    conds = set_cond(conds, mkcond("PodRestored", "True", "Restored",
+                                                   f"Pod restored from snapshot {sname}"))
+                    self.restores.append((name, sname))
+                    self.patch_cr_status("podsnapshots", sname, {
+                        **(snap.get("status") or {}), "lastAccessTime": now_iso()})
+                # else: GKE cold-starts silently, no condition at all
+            for ctype in ("Initialized", "ContainersReady", "Ready"):
+                conds = set_cond(conds, mkcond(ctype, "True"))
+            self.patch_pod_status(name, {"phase": "Running", "conditions": conds,
+                                         "startTime": now_iso()})
+            self.log.append(f"started {name} restore={'yes' if snap else 'no'}")
+
+    def snapshot_for(self, pod: dict) -> dict | None:
+        """The snapshot GKE would restore: ps-name, else the newest Ready one of a policy."""
+        snaps = [s for s in self.cr("podsnapshots") if cond(s, "Ready")
+                 and cond(s, "Ready").get("status") == "True"
+                 and not s["metadata"].get("deletionTimestamp")]
+        pinned = (pod["metadata"].get("annotations") or {}).get(PS_NAME)
+        if pinned:
+            return next((s for s in snaps if s["metadata"]["name"] == pinned), None)
+        labels = pod["metadata"].get("labels") or {}
+        policies = {p["metadata"]["name"] for p in self.cr("podsnapshotpolicies")
+                    if selector_match(p["spec"].get("selector"), labels)}
+        mine = [s for s in snaps if (s.get("spec") or {}).get("policyName") in policies]
+        mine.sort(key=lambda s: s["metadata"].get("annotations", {}).get(SIM + "started", ""))
+        return mine[-1] if mine else None
+
+    def snapshot_agent(self) -> None:
+        pods = {p["metadata"]["name"]: p for p in self.pods()}
+        policies = self.cr("podsnapshotpolicies")
+        for t in self.cr("podsnapshotmanualtriggers"):
+            if cond(t, "Triggered") is not None or t["metadata"].get("deletionTimestamp"):
+                continue
+            tname = t["metadata"]["name"]
+            target = pods.get((t.get("spec") or {}).get("targetPod", ""))
+            if target is None or (target.get("status") or {}).get("phase") != "Running":
+                self._trigger_done(tname, "False", "Failed", "target pod not found or not running")
+                continue
+            pol = next((p for p in policies if (p["spec"].get("triggerConfig") or {}).get("type")
+                        == "manual" and selector_match(p["spec"].get("selector"),
+                                                       target["metadata"].get("labels") or {})),
+                       None)
+            if pol is None:
+                self._trigger_done(tname, "False", "Failed",
+                                   "no PodSnapshotPolicy with a manual trigger selects the pod")
+                continue
+            if self.trigger_outcome == "hold":  # the agent has not picked it up yet
+                continue
+            if self.trigger_outcome != "complete":
+                reason = "Failed" if self.trigger_outcome == "failed" else "Error"
+                self._trigger_done(tname, "False", reason, self.trigger_message)
+                continue
+            sname = f"{tname[:50]}-{secrets.token_hex(3)}"
+            body = {"apiVersion": f"{G}/{V}", "kind": "PodSnapshot",
+                    "metadata": {"name": sname, "finalizers": [FINALIZER],
+                                 "labels": {"gke-pod-snapshot-triggered-by": tname},
+                                 "annotations": {
+                                     SIM + "gpu-model": self.node_model(
+                                         target["spec"].get("nodeName")) or "",
+                                     SIM + "spec-hash": spec_hash(target),
+                                     SIM + "pod-uid": target["metadata"]["uid"],
+                                     SIM + "pod": target["metadata"]["name"],
+                                     SIM + "started": f"{time.time():.3f}",
+                                     SIM + "post": pol["spec"]["triggerConfig"].get(
+                                         "postCheckpoint", "resume")}},
+                    "spec": {"policyName": pol["metadata"]["name"]}}
+            self.custom.create_namespaced_custom_object(G, V, self.ns, "podsnapshots", body)
+            self.snapshots_created += 1
+            self.patch_cr_status("podsnapshots", sname, {"conditions": [
+                mkcond("Ready", "False", "AwaitingCheckpoint"),
+                mkcond("Checkpoint", "False", "AwaitingCheckpoint")]})
+            self._trigger_done(tname, "True", "Complete", "", snapshot=sname)
+            self.log.append(f"snapshot {sname} for {tname}")
+        for s in self.cr("podsnapshots"):
+            meta = s["metadata"]
+            ann = meta.get("annotations") or {}
+            if meta.get("deletionTimestamp"):
+                if not self.stuck_deleting and meta.get("finalizers"):
+                    self.custom.patch_namespaced_custom_object(
+                        G, V, self.ns, "podsnapshots", meta["name"],
+                        {"metadata": {"finalizers": None}},
+                        _content_type="application/merge-patch+json")
+                continue
+            r = cond(s, "Ready")
+            if not r or r.get("reason") != "AwaitingCheckpoint":
+                continue
+            pod = pods.get(ann.get(SIM + "pod", ""))
+            if pod is None or pod["metadata"]["uid"] != ann.get(SIM + "pod-uid") or \
+                    pod["metadata"].get("deletionTimestamp"):
+                msg = "pod was deleted before the checkpoint upload finished"
+                self.patch_cr_status("podsnapshots", meta["name"], {"conditions": [
+                    mkcond("Ready", "False", "Failed", msg),
+                    mkcond("Checkpoint", "False", "Failed", msg)]})
+                continue
+            if time.time() - float(ann.get(SIM + "started", "0")) < self.upload_s:
+                continue
+            if self.upload_outcome == "hang":
+                continue
+            if self.upload_outcome == "failed":
+                msg = "upload to gs://bucket failed: 403 Forbidden"
+                self.patch_cr_status("podsnapshots", meta["name"], {"conditions": [
+                    mkcond("Ready", "False", "Failed", msg),
+                    mkcond("Checkpoint", "False", "Failed", msg)]})
+                continue
+            self.patch_cr_status("podsnapshots", meta["name"], {"conditions": [
+                mkcond("Ready", "True", "AllSnapshotsAvailable"),
+                mkcond("Checkpoint", "True", "Succeeded")],
+                "storageStatus": {"gcs": {"observedGCSPath": f"gs://bucket/{meta['name']}"}}})
+            if ann.get(SIM + "post") == "stop":
+                self.patch_pod_status(pod["metadata"]["name"], {"phase": "Succeeded"})
+
+    def _trigger_done(self, name: str, status: str, reason: str, message: str,
+                      snapshot: str | None = None) -> None:
+        st: dict[str, Any] = {"conditions": [mkcond("Triggered", status, reason, message)]}
+        if snapshot:
+            st["snapshotCreated"] = {"name": snapshot}
+        self.patch_cr_status("podsnapshotmanualtriggers", name, st)
+
+    # -- helpers for tests --
+    def wait(self, predicate, timeout: float = 10.0, what: str = "condition") -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = predicate()
+            if got:
+                return got
+            time.sleep(self.tick)
+        raise AssertionError(f"timed out waiting for {what}; sim log: {self.log[-10:]} "
+                             f"errors: {self.errors[-3:]}")

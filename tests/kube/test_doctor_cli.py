@@ -1,0 +1,95 @@
+"""`jupyter pause doctor` and `jupyter pause resume --namespace` (tier 1, the real CLI parser)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from traitlets.config import Config
+
+from jupyter_pause import cli
+from jupyter_pause.cluster.doctor import run_checks
+from jupyter_pause.cluster.kube import Kube
+
+from .conftest import NS, notebook_pod
+from .test_gke_backend import backend, start_pod
+from .test_resume import make_workspace, pause_workspace
+
+
+def kubeconfig(tmp_path, url: str) -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: t, cluster: {{server: "{url}"}}}}]
+users: [{{name: u, user: {{token: abc}}}}]
+contexts: [{{name: t, context: {{cluster: t, user: u, namespace: {NS}}}}}]
+current-context: t
+""")
+    return str(path)
+
+
+def storage_config(sim, ready: bool = True) -> None:
+    sim.custom.create_cluster_custom_object("podsnapshot.gke.io", "v1",
+                                            "podsnapshotstorageconfigs", {
+        "apiVersion": "podsnapshot.gke.io/v1", "kind": "PodSnapshotStorageConfig",
+        "metadata": {"name": "jupyter-pause-snapshots"},
+        "spec": {"snapshotStorageConfig": {"gcs": {"bucket": "b"}}}})
+    sim.custom.patch_cluster_custom_object_status(
+        "podsnapshot.gke.io", "v1", "podsnapshotstorageconfigs", "jupyter-pause-snapshots",
+        {"status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                                    "reason": "Ready" if ready else "BucketNotFound",
+                                    "message": "" if ready else "bucket b not found"}]}})
+
+
+async def test_doctor_all_ok(tmp_path, apiserver, admin, sim):
+    start_pod(sim, notebook_pod("nb"))
+    storage_config(sim)
+    cfg_file = tmp_path / "jupyter_server_config.py"
+    cfg_file.write_text("import selectors  # selectors.PollSelector()\n")
+    config = Config({"KernelManager": {"transport": "ipc"}})
+    checks = await run_checks(Kube(admin), pod_name="nb", namespace=NS, config=config,
+                              config_files=[str(cfg_file)])
+    assert [c.name for c in checks if c.status != "ok"] == []
+    names = {c.name for c in checks}
+    assert {"runtime class", "kernel transport", "server selector", "storage config",
+            "crds podsnapshot.gke.io", "rbac podsnapshotmanualtriggers.podsnapshot.gke.io",
+            "rbac pods"} <= names
+
+
+def test_doctor_cli_reports_missing(tmp_path, apiserver, sim, capsys, monkeypatch):
+    body = notebook_pod("nb")
+    del body["spec"]["runtimeClassName"]
+    start_pod(sim, body)
+    storage_config(sim, ready=False)
+    apiserver.call(apiserver.server.deny, "delete", "podsnapshots")
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "cfg"))
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(tmp_path / "cfg"))
+    rc = cli.main(["doctor", "--kubeconfig", kubeconfig(tmp_path, apiserver.url),
+                   "--namespace", NS, "--pod", "nb"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "runtime class" in out and "runtimeClassName is unset" in out
+    assert "denied: delete" in out and "fix: apply examples/kubernetes/rbac.yaml" in out
+    assert "bucket b not found" in out
+    assert "KernelManager.transport = 'tcp'" in out and "PollSelector" in out
+
+
+def test_cli_resume_namespace_shows_capacity_wait(tmp_path, apiserver, notebook_client, sim,
+                                                   recorder, capsys):
+    pod = make_workspace(sim)
+    asyncio.run(pause_workspace(notebook_client, sim, recorder, pod))
+    sim.nodes = {}
+
+    import threading
+    threading.Timer(1.5, sim.add_node, ("gpu-l4-b", "nvidia-l4", 1)).start()
+    rc = cli.main(["resume", "--namespace", NS, "ws1", "--poll", "0.05", "--kubeconfig",
+                   kubeconfig(tmp_path, apiserver.url)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "waiting for capacity: 0/0 nodes are available" in out
+    assert out.strip().splitlines()[-1].startswith("restored live: Pod restored from snapshot")
+
+
+def test_cli_resume_without_namespace_is_the_local_command(capsys):
+    rc = cli.main(["resume", "--url", "http://127.0.0.1:9"])
+    assert rc == cli.EXIT_NO_SERVER  # went to the local server path, not Kubernetes
+    assert backend  # imported helpers stay used

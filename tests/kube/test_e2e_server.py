@@ -1,0 +1,116 @@
+"""End to end: a real Jupyter server with `c.PauseApp.backend = "gke"` against the API test server.
+
+Pause checkpoints the kernel, snapshots the pod through the simulated GKE and stops it; the resume
+from outside brings the pod back on another GPU model, GKE cold-starts it silently, and the server
+finds out (PodRestored missing + no liveness token) and restores from the checkpoint, saying why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from jupyter_pause.cluster.kube import Kube
+from jupyter_pause.cluster.resume import resume_workspace
+
+from .conftest import NS, notebook_pod
+from .test_doctor_cli import kubeconfig
+from .test_gke_backend import objects, start_pod
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def jp_server_config(tmp_path, apiserver):
+    for name in ("state", "store"):
+        (tmp_path / name).mkdir()
+    return {
+        "ServerApp": {"jpserver_extensions": {"jupyter_pause": True}},
+        "PauseApp": {
+            "backend": "gke",
+            "state_dir": str(tmp_path / "state"),
+            "store_url": str(tmp_path / "store"),
+            "key_path": str(tmp_path / "checkpoint.key"),
+            "busy_timeout": 2.0,
+            "accelerator": {"type": "nvidia-l4", "count": 1},
+            "activity_interval": 0,
+        },
+        "GKEBackend": {
+            "kubeconfig": kubeconfig(tmp_path, apiserver.url),
+            "pod_name": "nb", "namespace": NS, "gpu_model": "nvidia-l4",
+            "trigger_timeout": 20.0, "snapshot_timeout": 20.0, "restored_condition_wait": 0.0,
+        },
+    }
+
+
+async def _run(serverapp, kernel_id: str, code: str) -> str:
+    out: list[str] = []
+
+    def hook(msg):
+        if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
+            out.append(msg["content"]["text"])
+
+    kc = serverapp.kernel_manager.get_kernel(kernel_id).client()
+    kc.start_channels()
+    try:
+        await kc.wait_for_ready(timeout=60)
+        reply = await kc.execute_interactive(code, timeout=120, output_hook=hook)
+    finally:
+        kc.stop_channels()
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return "".join(out)
+
+
+async def test_gke_pause_then_cold_start_restores_from_checkpoint(
+        jp_serverapp, jp_fetch, apiserver, admin, sim):
+    lifecycle = jp_serverapp.web_app.settings["jupyter_pause_lifecycle"]
+
+    async def api(method, route, body=None):
+        r = await jp_fetch("jupyter-pause", "api", route, method=method,
+                           body=None if method == "GET" else json.dumps(body or {}))
+        return json.loads(r.body) if r.body else None
+
+    await asyncio.to_thread(start_pod, sim, notebook_pod("nb"))
+    st = await api("GET", "status")
+    assert st["backend"]["name"] == "gke" and st["backend"]["can_pause"] is True, st
+    r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
+        {"path": "nb.ipynb", "name": "nb.ipynb", "type": "notebook",
+         "kernel": {"name": "python3"}}))
+    kid = json.loads(r.body)["kernel"]["id"]
+    await _run(jp_serverapp, kid, "x = 41 + 1\nitems = ['a', 'b']")
+
+    await api("POST", "pause", {"trigger": "manual"})
+    await lifecycle.wait()
+    st = await api("GET", "status")
+    assert st["state"] == "paused", st
+    (snap,) = objects(apiserver, "podsnapshots")
+    assert snap["status"]["conditions"][0]["status"] == "True"  # Ready before the pod stopped
+    await asyncio.to_thread(sim.wait, lambda: any(
+        p["status"].get("phase") == "Succeeded" for p in sim.pods()), 10, "pod Completed")
+
+    # The old pod's processes are gone; the resume finds only T4 capacity: a silent cold start.
+    await jp_serverapp.kernel_manager.shutdown_all()
+    sim.nodes = {"gpu-t4-a": ("nvidia-tesla-t4", 1)}
+    out = await resume_workspace(Kube(admin), NS, "nb", poll=0.05, restored_condition_wait=0.3)
+    assert out["state"] == "cold_started", out
+    lifecycle.backend.gpu_model = "nvidia-tesla-t4"  # what nvidia-smi says in the new pod
+
+    await api("POST", "resume", {"trigger": "manual"})
+    await lifecycle.wait()
+    st = await api("GET", "status")
+    assert st["state"] == "ready" and st["outcome"] == "restored", st
+    (k,) = st["last_report"]["kernels"]
+    assert k["outcome"] == "restored"
+    assert {v["name"]: v["status"] for v in k["variables"]}["x"] == "restored"
+    assert json.loads(await _run(jp_serverapp, k["kernel_id"],
+                                 "import json; print(json.dumps([x, items]))")) == [42, ["a", "b"]]
+    assert lifecycle.backend.restore_reason.startswith(
+        "pod was cold-started: snapshot for another GPU model")
+    journal = [json.loads(line) for line in
+               lifecycle.journal.journal_path.read_text().splitlines()]
+    verified = [e for e in journal if e["event"] == "verified"][-1]
+    assert verified["platform_live"] is False
+    ready = [e for e in journal if e["event"] == "snapshot_ready"][-1]
+    assert ready["snapshot"] == snap["metadata"]["name"]

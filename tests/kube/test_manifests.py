@@ -1,0 +1,85 @@
+"""The shipped manifests say what the code does: RBAC verbs, CRD shapes, server settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from jupyter_pause.cluster.kube import (
+    NOTEBOOK_CLUSTER_PERMISSIONS, NOTEBOOK_PERMISSIONS, RESUMER_PERMISSIONS,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kubernetes"
+
+
+def docs(name: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d]
+
+
+def rules(doc: dict) -> dict[tuple[str, str], tuple[str, ...]]:
+    out: dict[tuple[str, str], tuple[str, ...]] = {}
+    for r in doc["rules"]:
+        for g in r["apiGroups"]:
+            for res in r["resources"]:
+                out[(g, res)] = tuple(sorted(set(out.get((g, res), ())) | set(r["verbs"])))
+    return out
+
+
+def norm(perms: dict) -> dict:
+    return {k: tuple(sorted(v)) for k, v in perms.items()}
+
+
+def test_notebook_role_grants_exactly_what_the_code_uses():
+    by_kind = {d["kind"]: d for d in docs("rbac.yaml")}
+    assert rules(by_kind["Role"]) == norm(NOTEBOOK_PERMISSIONS)
+    assert rules(by_kind["ClusterRole"]) == norm(NOTEBOOK_CLUSTER_PERMISSIONS)
+    sub = by_kind["RoleBinding"]["subjects"][0]
+    assert sub["kind"] == "ServiceAccount" and sub["name"] == by_kind["ServiceAccount"][
+        "metadata"]["name"]
+    granted = {v for vs in NOTEBOOK_PERMISSIONS.values() for v in vs}
+    assert "*" not in granted and "escalate" not in granted and "bind" not in granted
+    assert "delete" not in NOTEBOOK_PERMISSIONS[("", "pods")]
+    assert "create" not in NOTEBOOK_PERMISSIONS[("podsnapshot.gke.io", "podsnapshots")]
+
+
+def test_resumer_role_matches_the_code():
+    (role,) = docs("resumer-rbac.yaml")
+    assert rules(role) == norm(RESUMER_PERMISSIONS)
+
+
+def test_crds_have_the_reference_shapes():
+    crds = {d["spec"]["names"]["kind"]: d for d in docs("crds/podsnapshot.gke.io.yaml")}
+    assert set(crds) == {"PodSnapshot", "PodSnapshotPolicy", "PodSnapshotManualTrigger",
+                         "PodSnapshotStorageConfig"}
+    assert crds["PodSnapshotStorageConfig"]["spec"]["scope"] == "Cluster"
+    for kind, crd in crds.items():
+        v = crd["spec"]["versions"][0]
+        assert crd["spec"]["group"] == "podsnapshot.gke.io" and v["name"] == "v1"
+        assert v["subresources"] == {"status": {}}, kind
+    trig = crds["PodSnapshotManualTrigger"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert trig["properties"]["spec"]["required"] == ["targetPod"]
+    assert "snapshotCreated" in trig["properties"]["status"]["properties"]
+    pol = crds["PodSnapshotPolicy"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    tc = pol["properties"]["spec"]["properties"]["triggerConfig"]["properties"]
+    assert "manual" in tc["type"]["enum"] and tc["postCheckpoint"]["enum"] == ["resume", "stop"]
+    kf = {d["spec"]["names"]["kind"]: d for d in docs("crds/kubeflow.org.yaml")}
+    assert kf["WorkspaceKind"]["spec"]["scope"] == "Cluster"
+    ws = kf["Workspace"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert ws["properties"]["spec"]["properties"]["paused"]["type"] == "boolean"
+
+
+def test_server_config_is_snapshot_ready():
+    (cm,) = docs("jupyter-server-config.yaml")
+    code = cm["data"]["jupyter_server_config.py"]
+    assert 'c.KernelManager.transport = "ipc"' in code and "PollSelector" in code
+    compile(code, "jupyter_server_config.py", "exec")
+    (wsk,) = docs("workspacekind.yaml")
+    assert wsk["kind"] == "WorkspaceKind"
+    assert wsk["metadata"]["annotations"]["podsnapshot.gke.kubeflow.org/enabled"] == "true"
+    (sts,) = docs("notebook-statefulset.yaml")
+    spec = sts["spec"]["template"]["spec"]
+    assert spec["runtimeClassName"] == "gvisor"
+    env = {e["name"] for e in spec["containers"][0]["env"]}
+    assert {"POD_NAME", "POD_NAMESPACE"} <= env
+    assert "jupyter-pause.io/workspace" in sts["spec"]["template"]["metadata"]["labels"]

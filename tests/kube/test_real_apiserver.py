@@ -1,0 +1,278 @@
+"""Tier 2: the same backends against a real kube-apiserver (v1.20.2 + etcd, RBAC on).
+
+tests/kube/scripts/run.sh starts it with an admin and the notebook's service-account identity.
+The shipped CRDs and examples/kubernetes/rbac.yaml are applied with the admin credentials; the
+backend then runs with the NOTEBOOK credentials, so these tests prove that the shipped Role lets
+the service account do its job and denies it what it does not need. The simulated cluster (admin)
+plays scheduler, kubelet, StatefulSet/Workspace controllers and the GKE snapshot agent.
+
+Build the binary with tests/kube/scripts/build.sh (cached in ~/.cache/kube-apiserver-1.20.2) and
+install etcd; set KUBE_APISERVER_BIN to use another binary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from jupyter_pause.cluster.doctor import run_checks
+from jupyter_pause.cluster.gke import GKEBackend
+from jupyter_pause.cluster.kube import NOTEBOOK_PERMISSIONS, Kube
+from jupyter_pause.cluster.resume import resume_workspace
+
+from .conftest import NS, Recorder, notebook_pod, pause_ctx, resume_ctx
+from .simcluster import SimCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "kubernetes"
+RUN_SH = Path(__file__).parent / "scripts" / "run.sh"
+BIN = Path(os.environ.get("KUBE_APISERVER_BIN") or
+           Path.home() / ".cache" / "kube-apiserver-1.20.2" / "kube-apiserver")
+
+pytestmark = [
+    pytest.mark.kube_apiserver,
+    pytest.mark.skipif(not BIN.is_file(), reason=f"no kube-apiserver binary at {BIN} (build it "
+                       "with tests/kube/scripts/build.sh, or set KUBE_APISERVER_BIN)"),
+    pytest.mark.skipif(shutil.which("etcd") is None,
+                       reason="etcd not on PATH (apt-get install etcd-server)"),
+]
+
+
+def _client(kubeconfig: Path) -> client.ApiClient:
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    return client.ApiClient(cfg)
+
+
+def apply(api: client.ApiClient, path: Path) -> None:
+    """Create every object of a manifest (a tiny `kubectl create -f`)."""
+    ext = client.ApiextensionsV1Api(api)
+    rbac = client.RbacAuthorizationV1Api(api)
+    core = client.CoreV1Api(api)
+    for doc in yaml.safe_load_all(path.read_text()):
+        if not doc:
+            continue
+        kind, ns = doc["kind"], doc["metadata"].get("namespace")
+        namespaced = {"ServiceAccount": core.create_namespaced_service_account,
+                      "Role": rbac.create_namespaced_role,
+                      "RoleBinding": rbac.create_namespaced_role_binding}
+        cluster = {"CustomResourceDefinition": ext.create_custom_resource_definition,
+                   "ClusterRole": rbac.create_cluster_role,
+                   "ClusterRoleBinding": rbac.create_cluster_role_binding}
+        if kind in namespaced:
+            namespaced[kind](ns, doc)
+        else:
+            cluster[kind](doc)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    d = tmp_path_factory.mktemp("kube")
+    env = {**os.environ, "NB_NAMESPACE": NS, "NB_SERVICEACCOUNT": "jupyter"}
+    proc = subprocess.run(["bash", str(RUN_SH), str(d), str(BIN)], check=False, env=env, capture_output=True,
+                          text=True, timeout=150)
+    pids = [int(p) for p in (d / "pids").read_text().split()] if (d / "pids").exists() else []
+    try:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        admin = _client(d / "admin.kubeconfig")
+        core = client.CoreV1Api(admin)
+        core.create_namespace({"metadata": {"name": NS}})
+        client.NodeV1Api(admin).create_runtime_class(
+            {"metadata": {"name": "gvisor"}, "handler": "runsc"})
+        for f in ("crds/podsnapshot.gke.io.yaml", "crds/kubeflow.org.yaml", "rbac.yaml"):
+            apply(admin, EXAMPLES / f)
+        custom = client.CustomObjectsApi(admin)
+        deadline = time.monotonic() + 60
+        while True:  # CRDs are served once Established
+            try:
+                kinds = {r.kind for r in custom.get_api_resources("podsnapshot.gke.io", "v1")
+                         .resources} | {r.kind for r in custom.get_api_resources(
+                             "kubeflow.org", "v1beta1").resources}
+                if {"PodSnapshot", "PodSnapshotManualTrigger", "Workspace"} <= kinds:
+                    break
+            except ApiException:
+                pass
+            assert time.monotonic() < deadline, "CRDs not served"
+            time.sleep(0.5)
+        custom.create_cluster_custom_object("podsnapshot.gke.io", "v1",
+                                            "podsnapshotstorageconfigs", {
+            "apiVersion": "podsnapshot.gke.io/v1", "kind": "PodSnapshotStorageConfig",
+            "metadata": {"name": "jupyter-pause-snapshots"},
+            "spec": {"snapshotStorageConfig": {"gcs": {"bucket": "b", "path": "p"}}}})
+        custom.patch_cluster_custom_object_status(
+            "podsnapshot.gke.io", "v1", "podsnapshotstorageconfigs", "jupyter-pause-snapshots",
+            {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready",
+                                        "lastTransitionTime":
+                                        "2026-01-01T00:00:00Z"}]}})
+        yield {"dir": d, "admin": admin, "notebook": _client(d / "notebook.kubeconfig")}
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def sim(cluster):
+    s = SimCluster(cluster["admin"], NS, nodes={"gpu-l4-a": ("nvidia-l4", 1)}, tick=0.1).start()
+    yield s
+    s.stop()
+    # leave the namespace empty for the next test
+    core = client.CoreV1Api(cluster["admin"])
+    apps = client.AppsV1Api(cluster["admin"])
+    custom = client.CustomObjectsApi(cluster["admin"])
+    for sts in apps.list_namespaced_stateful_set(NS, _preload_content=False).json()["items"]:
+        apps.delete_namespaced_stateful_set(sts["metadata"]["name"], NS)
+    for plural, group, version in (("workspaces", "kubeflow.org", "v1beta1"),
+                                   ("podsnapshots", "podsnapshot.gke.io", "v1"),
+                                   ("podsnapshotmanualtriggers", "podsnapshot.gke.io", "v1"),
+                                   ("podsnapshotpolicies", "podsnapshot.gke.io", "v1")):
+        for o in custom.list_namespaced_custom_object(group, version, NS, plural)["items"]:
+            if o["metadata"].get("finalizers"):
+                custom.patch_namespaced_custom_object(
+                    group, version, NS, plural, o["metadata"]["name"],
+                    {"metadata": {"finalizers": None}},
+                    _content_type="application/merge-patch+json")
+            custom.delete_namespaced_custom_object(group, version, NS, plural,
+                                                   o["metadata"]["name"])
+    for p in core.list_namespaced_pod(NS, _preload_content=False).json()["items"]:
+        core.delete_namespaced_pod(p["metadata"]["name"], NS, grace_period_seconds=0)
+    assert not s.errors, s.errors
+
+
+def _status(fn, *args, **kw) -> int:
+    try:
+        fn(*args, **kw)
+        return 200
+    except ApiException as e:
+        return e.status
+
+
+def test_shipped_role_denies_what_is_not_needed(cluster, sim):
+    nb = cluster["notebook"]
+    core, custom = client.CoreV1Api(nb), client.CustomObjectsApi(nb)
+    sim.create_pod(notebook_pod("victim"))
+    sim.wait(lambda: sim.pods(), what="pod")
+    # allowed: its own job
+    assert _status(core.read_namespaced_pod, "victim", NS, _preload_content=False) == 200
+    assert _status(custom.list_namespaced_custom_object, "podsnapshot.gke.io", "v1", NS,
+                   "podsnapshots") == 200
+    # denied: everything else
+    assert _status(core.delete_namespaced_pod, "victim", NS) == 403
+    assert _status(core.create_namespaced_pod, NS, notebook_pod("x")) == 403
+    assert _status(core.read_namespaced_secret, "any", NS) == 403
+    assert _status(core.list_namespaced_secret, NS) == 403
+    assert _status(custom.create_namespaced_custom_object, "podsnapshot.gke.io", "v1", NS,
+                   "podsnapshots", {"apiVersion": "podsnapshot.gke.io/v1", "kind": "PodSnapshot",
+                                    "metadata": {"name": "forged"},
+                                    "spec": {"policyName": "x"}}) == 403
+    assert _status(custom.delete_namespaced_custom_object, "podsnapshot.gke.io", "v1", NS,
+                   "podsnapshotpolicies", "any") == 403
+    assert _status(core.list_namespace) == 403
+    assert _status(custom.list_namespaced_custom_object, "podsnapshot.gke.io", "v1", "default",
+                   "podsnapshots") == 403  # another namespace
+
+
+async def test_every_verb_the_product_uses_is_granted(cluster, sim):
+    kube = Kube(cluster["notebook"])
+    from jupyter_pause.cluster.kube import Res
+
+    for (group, resource), verbs in NOTEBOOK_PERMISSIONS.items():
+        for verb in verbs:
+            allowed, why = await kube.access_review(verb, Res(group, "v1", resource), NS)
+            assert allowed, (verb, resource, why)
+    for verb, resource in (("delete", "pods"), ("create", "podsnapshots"),
+                           ("delete", "podsnapshotpolicies"), ("get", "secrets")):
+        group = "podsnapshot.gke.io" if resource.startswith("podsnapshot") else ""
+        allowed, _ = await kube.access_review(verb, Res(group, "v1", resource), NS)
+        assert not allowed, (verb, resource)
+
+
+async def test_gke_pause_and_resume_with_notebook_identity(cluster, sim):
+    sim.apps.create_namespaced_stateful_set(NS, {
+        "metadata": {"name": "nb"},
+        "spec": {"replicas": 1, "serviceName": "nb",
+                 "selector": {"matchLabels": {"app": "nb"}},
+                 "template": {"metadata": {"labels": {"app": "nb"}},
+                              "spec": notebook_pod("x")["spec"]}}})
+    await asyncio.to_thread(sim.wait, lambda: any(
+        p["status"].get("phase") == "Running" for p in sim.pods()), 20, "nb-0 running")
+    rec = Recorder()
+    b = GKEBackend(api_client=cluster["notebook"], pod_name="nb-0", namespace=NS,
+                   gpu_model="nvidia-l4", trigger_timeout=30, snapshot_timeout=30,
+                   restored_condition_wait=0)
+    assert (await b.describe())["can_pause"] is True
+    ctx = pause_ctx(rec)
+    snap = await b.snapshot(ctx)
+    assert snap["snapshot"] and snap["stop_via"] == "statefulset"
+    rel = await b.release(ctx)
+    assert rel["stopped_via"] == "statefulset"
+    await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 20, "stopped")
+    # out of the pod, with admin credentials: bring it back; the policy restores it implicitly
+    sim.nodes = {}
+    updates: list[dict] = []
+    task = asyncio.create_task(resume_workspace(Kube(cluster["admin"]), NS, "nb",
+                                                on_update=updates.append, poll=0.1,
+                                                restored_condition_wait=1))
+    await asyncio.to_thread(sim.wait, lambda: any(u["state"] == "waiting_for_capacity"
+                                                  for u in updates), 20, "unschedulable")
+    sim.add_node("gpu-l4-b", "nvidia-l4", 1)
+    out = await task
+    assert out["state"] == "restored_live", out
+    b2 = GKEBackend(api_client=cluster["notebook"], pod_name="nb-0", namespace=NS,
+                    gpu_model="nvidia-l4", restored_condition_wait=0)
+    assert await b2.restored_live(resume_ctx(rec)) is True
+    # clean-up with the notebook identity: keep none, the policy stays (its delete is denied)
+    res = await b2.gc(keep=0, older_than=None, dry_run=False)
+    assert snap["snapshot"] in res["deleted"] and not res["stuck"]
+
+
+async def test_doctor_with_notebook_identity(cluster, sim):
+    sim.create_pod(notebook_pod("nb"))
+    await asyncio.to_thread(sim.wait, lambda: sim.pods(), 20, "pod")
+    from traitlets.config import Config
+
+    checks = await run_checks(Kube(cluster["notebook"]), pod_name="nb", namespace=NS,
+                              config=Config({"KernelManager": {"transport": "ipc"}}),
+                              config_files=[str(EXAMPLES / "jupyter-server-config.yaml")])
+    bad = [(c.name, c.detail) for c in checks if c.status != "ok"]
+    assert bad == []
+
+
+async def test_kubeflow_pause_and_two_concurrent_resumes(cluster, sim):
+    """Workspace spec.paused with the notebook identity; two resumes at once restore once (the
+    lease relies on the real apiserver's resourceVersion precondition on merge patches)."""
+    from jupyter_pause.cluster.kubeflow import KubeflowBackend
+
+    sim.custom.create_namespaced_custom_object("kubeflow.org", "v1beta1", NS, "workspaces", {
+        "apiVersion": "kubeflow.org/v1beta1", "kind": "Workspace",
+        "metadata": {"name": "ws1"}, "spec": {"paused": False, "kind": "jupyterlab"}})
+    await asyncio.to_thread(sim.wait, lambda: any(
+        p["status"].get("phase") == "Running" for p in sim.pods()), 20, "ws-ws1-0 running")
+    rec = Recorder()
+    gke = GKEBackend(api_client=cluster["notebook"], pod_name="ws-ws1-0", namespace=NS,
+                     gpu_model="nvidia-l4", trigger_timeout=30, snapshot_timeout=30)
+    snap = await gke.snapshot(pause_ctx(rec))
+    kf = KubeflowBackend(api_client=cluster["notebook"], pod_name="ws-ws1-0", namespace=NS)
+    assert (await kf.describe())["can_pause"] is True
+    assert (await kf.release(pause_ctx(rec)))["stopped_via"] == "workspace"
+    await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 20, "stopped")
+    admin = Kube(cluster["admin"])
+    a, b = await asyncio.gather(
+        resume_workspace(admin, NS, "ws1", poll=0.1, holder="alice", restored_condition_wait=1),
+        resume_workspace(admin, NS, "ws1", poll=0.1, holder="bob", restored_condition_wait=1))
+    assert a["state"] == b["state"] == "restored_live", (a, b)
+    assert snap["snapshot"] in a["reason"]
+    assert sorted([a["joined"], b["joined"]]) == [False, True]
+    assert len(sim.restores) == 1

@@ -1,0 +1,206 @@
+"""Auto-pause inside a real jupyter_server with real kernels (the monitor's clock is faked)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+import tornado.httpclient
+
+from jupyter_pause.policy.activity import not_activity
+from jupyter_pause.server import kernels as kbridge
+
+pytestmark = pytest.mark.timeout(240)
+
+ROUTES = [("GET", "policy"), ("POST", "policy/cancel"), ("GET", "report")]
+
+
+@pytest.mark.parametrize("method,route", ROUTES)
+async def test_routes_refuse_unauthenticated(jp_fetch, method, route):
+    with pytest.raises(tornado.httpclient.HTTPClientError) as e:
+        await jp_fetch("jupyter-pause", "api", *route.split("/"), method=method,
+                       headers={"Authorization": ""},
+                       body=None if method == "GET" else "{}")
+    assert e.value.code in (401, 403)
+
+
+async def test_policy_describes_profile_and_choice(srv):
+    p = await srv.api("GET", "policy")
+    assert p["enabled"] is True and p["state"] == "watching"
+    assert p["profile"]["name"] == "gpu-experiment" and p["profile"]["idle_after"] == 60.0
+    assert p["why"] == "configured" and p["cancellable"] is False
+
+
+async def test_idle_kernel_is_auto_paused_through_the_lifecycle_and_resumes(srv):
+    kid = await srv.open_notebook()
+    await srv.run(kid, "model_state = {'w': [1.0, 2.0, 3.0]}")
+    clock = srv.fake_clock()
+    d = await srv.monitor.tick()
+    assert d.kind == "none"  # active seconds ago
+    clock.advance(61)
+    d = await srv.monitor.tick()
+    assert d.kind == "fire", d.reason  # nobody connected: no announcement needed
+    await srv.lifecycle.wait()
+    st = await srv.api("GET", "status")
+    assert st["state"] == "paused"
+    requested = [e for e in srv.journal() if e["event"] == "pause_requested"]
+    assert [e["trigger"] for e in requested] == ["idle"]
+    assert not any(e["event"] == "auto_pause_announced" for e in srv.journal())
+    # paused: the monitor does not fire again
+    clock.advance(3600)
+    assert (await srv.monitor.tick()).kind == "none"
+    # resume as usual: the variable comes back from the checkpoint
+    await srv.api("POST", "resume")
+    await srv.lifecycle.wait()
+    st = await srv.api("GET", "status")
+    assert st["state"] == "ready" and st["outcome"] == "restored"
+    # and the idle clock restarted at the resume (no immediate re-pause)
+    assert (await srv.monitor.tick()).kind == "none"
+
+
+async def test_busy_kernel_is_never_auto_paused(srv):
+    kid = await srv.open_notebook()
+    clock = srv.fake_clock()
+    await srv.run(kid, "import time; time.sleep(4)", wait=False)
+    for _ in range(50):
+        if srv.serverapp.kernel_manager.get_kernel(kid).execution_state == "busy":
+            break
+        await asyncio.sleep(0.1)
+    clock.advance(10 * 3600)
+    d = await srv.monitor.tick()
+    assert d.kind == "none" and d.reason.startswith("kernel busy")
+    assert srv.lifecycle.flight is None and srv.lifecycle.state["state"] == "running"
+
+
+async def test_pause_never_opts_out(srv):
+    kid = await srv.open_notebook()
+    await srv.run(kid, "%load_ext jupyter_pause\n%pause --never")
+    clock = srv.fake_clock()
+    clock.advance(3600)
+    d = await srv.monitor.tick()
+    assert d.kind == "none" and "--never" in d.reason
+    p = await srv.api("GET", "policy")
+    assert any("--never" in b for b in p["idle"]["blockers"])
+    assert srv.lifecycle.state["state"] == "running"
+    await srv.run(kid, "%pause --allow")
+    clock.advance(3600)
+    assert (await srv.monitor.tick()).kind == "fire"
+    await srv.lifecycle.wait()
+
+
+async def test_connected_client_gets_a_grace_period_it_can_cancel(srv, jp_ws_fetch):
+    kid = await srv.open_notebook()
+    ws = await jp_ws_fetch("api", "kernels", kid, "channels")
+    try:
+        clock = srv.fake_clock()
+        clock.advance(61)
+        d = await srv.monitor.tick()
+        assert d.kind == "announce"
+        p = await srv.api("GET", "policy")
+        assert p["state"] == "announced" and p["cancellable"] and p["seconds_left"] == 30.0
+        assert p["connections"] == 1
+        # the person comes back and runs a cell: that cancels it
+        await srv.run(kid, "x = 1")
+        clock.now = time.time()  # "now" is just after that cell (kernel times are real)
+        d = await srv.monitor.tick()
+        assert d.kind == "cancel" and d.reason.startswith("active")
+        # announced again an idle period later; the person cancels from the UI
+        clock.advance(61)
+        assert (await srv.monitor.tick()).kind == "announce"
+        p = await srv.api("POST", "policy/cancel")
+        assert p["state"] == "watching" and not p["cancellable"]
+        with pytest.raises(tornado.httpclient.HTTPClientError) as e:
+            await srv.api("POST", "policy/cancel")
+        assert e.value.code == 409
+        clock.advance(31)
+        assert (await srv.monitor.tick()).kind == "none"  # the old deadline is gone
+        # idle for another full period: announced, nobody reacts, it fires at the deadline
+        clock.advance(30)
+        assert (await srv.monitor.tick()).kind == "announce"
+        clock.advance(29)
+        assert (await srv.monitor.tick()).kind == "none"
+        clock.advance(1)
+        assert (await srv.monitor.tick()).kind == "fire"
+        await srv.lifecycle.wait()
+    finally:
+        ws.close()
+    await asyncio.sleep(0.5)  # let the journal writes of the cancellations land
+    events = [(e["event"], e.get("by")) for e in srv.journal()
+              if e["event"].startswith("auto_pause")]
+    assert events == [("auto_pause_announced", None), ("auto_pause_cancelled", "activity"),
+                      ("auto_pause_announced", None), ("auto_pause_cancelled", "user"),
+                      ("auto_pause_announced", None)]
+    assert srv.lifecycle.state["state"] == "paused"
+    assert [e["trigger"] for e in srv.journal() if e["event"] == "pause_requested"] == ["idle"]
+
+
+async def _status_last_activity(jp_fetch):
+    r = await jp_fetch("api", "status")
+    return json.loads(r.body)["last_activity"]
+
+
+async def test_our_kernel_calls_are_not_user_activity(srv, jp_fetch):
+    kid = await srv.open_notebook()
+    await asyncio.sleep(0.3)
+    before = await _status_last_activity(jp_fetch)
+    async with not_activity(srv.serverapp, kid):
+        res = await kbridge.call(srv.serverapp, kid, "liveness", timeout=30)
+    assert res["ok"]
+    assert await _status_last_activity(jp_fetch) == before
+    # reading our policy and report endpoints is not activity either
+    await srv.api("GET", "policy")
+    await srv.api("GET", "report")
+    assert await _status_last_activity(jp_fetch) == before
+    # without the guard the same call would have counted (what Kubeflow's probe would see)
+    await kbridge.call(srv.serverapp, kid, "liveness", timeout=30)
+    await asyncio.sleep(0.3)
+    assert await _status_last_activity(jp_fetch) > before
+
+
+async def test_a_person_running_a_cell_meanwhile_still_counts(srv, jp_fetch):
+    kid = await srv.open_notebook()
+    before = await _status_last_activity(jp_fetch)
+    async with not_activity(srv.serverapp, kid):
+        await srv.run(kid, "y = 2")
+    assert await _status_last_activity(jp_fetch) > before
+
+
+async def test_report_endpoint_reads_the_servers_journal(srv):
+    kid = await srv.open_notebook()
+    await srv.run(kid, "z = 3")
+    await srv.api("POST", "pause", {"trigger": "manual"})
+    await srv.lifecycle.wait()
+    await srv.api("POST", "resume")
+    await srv.lifecycle.wait()
+    data = await srv.api("GET", "report", params={"period": "all", "whatif": "1",
+                                                  "thresholds": "1m,1h"})
+    t = data["report"]["totals"]
+    assert t["pauses"]["completed"] == 1 and t["resumes"]["restored"] == 1
+    assert t["time_to_pause_s"]["n"] == 1 and t["time_to_resume_s"]["n"] == 1
+    assert t["sizes"]["checkpoints"] == 1 and t["sizes"]["checkpoint_bytes_written"] > 0
+    assert [r["threshold_s"] for r in data["whatif"]["thresholds"]] == [60, 3600]
+    with pytest.raises(tornado.httpclient.HTTPClientError) as e:
+        await srv.api("GET", "report", params={"period": "month"})
+    assert e.value.code == 400
+
+
+async def test_gc_in_the_server_never_deletes_the_way_back(srv):
+    from jupyter_pause.policy.gc import run_gc_for_app
+
+    kid = await srv.open_notebook()
+    await srv.run(kid, "precious = list(range(5))")
+    await srv.api("POST", "pause", {"trigger": "manual"})
+    await srv.lifecycle.wait()
+    app = srv.settings["jupyter_pause"]
+    res = await run_gc_for_app(app, keep=0, older_than=0.0, dry_run=False)
+    assert res["checkpoints"]["deleted"] == [] and len(res["protected"]) == 1
+    assert res["backend"]["name"] == "local"
+    await srv.api("POST", "resume")
+    await srv.lifecycle.wait()
+    st = await srv.api("GET", "status")
+    assert st["state"] == "ready" and st["outcome"] == "restored"
+    # once resumed, the same policy may delete it
+    res = await run_gc_for_app(app, keep=0, older_than=0.0, dry_run=False)
+    assert len(res["checkpoints"]["deleted"]) == 1 and res["remaining"]["bytes"] == 0

@@ -1,0 +1,73 @@
+"""GET/DELETE checkpoints and POST gc: listing, protection of the way back, retention."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _deleted(body):
+    """Ids deleted by POST gc (the retention module's answer nests them under checkpoints)."""
+    items = body["checkpoints"]["deleted"] if "checkpoints" in body else body["deleted"]
+    return [c["id"] for c in items]
+
+
+def _blobs_freed(body):
+    blobs = body["blobs"]
+    return blobs["deleted"], blobs.get("bytes_freed", blobs.get("bytes"))
+
+
+async def _code(coro):
+    try:
+        r = await coro
+        return r.code, json.loads(r.body) if r.body else None
+    except HTTPClientError as e:
+        return e.code, json.loads(e.response.body)
+
+
+async def test_list_delete_and_gc(ws):
+    nb = await ws.open_notebook("cp.ipynb")
+    await ws.run(nb["kernel"]["id"], "n = 1")
+    _, st = await ws.flight("pause")
+    old = st["last_checkpoint"]["id"]
+    _, st = await ws.flight("resume")
+    await ws.run(st["last_report"]["kernels"][0]["kernel_id"], "n = 2")
+    _, st = await ws.flight("pause")
+    current = st["last_checkpoint"]["id"]
+    assert current != old
+
+    listing = (await ws.api("GET", "checkpoints"))["checkpoints"]
+    assert [c["id"] for c in listing] == [current, old]  # newest first
+    assert all(c["stream"] == "cp.ipynb" and c["bytes_total"] > 0 and c["variables"] >= 1
+               for c in listing)
+
+    # The checkpoint the paused workspace needs is never deleted.
+    code, body = await _code(ws.fetch("jupyter-pause", "api", "checkpoints", current,
+                                      method="DELETE"))
+    assert code == 409 and "resume first" in body["message"]
+    code, body = await _code(ws.fetch("jupyter-pause", "api", "gc", method="POST",
+                                      body=json.dumps({"keep": 0, "older_than": 0, "dry_run": True})))
+    assert code == 200 and _deleted(body) == [old], body
+    assert any(current in p for p in body["protected"])
+    assert len((await ws.api("GET", "checkpoints"))["checkpoints"]) == 2  # dry run
+
+    code, _ = await _code(ws.fetch("jupyter-pause", "api", "checkpoints", old, method="DELETE"))
+    assert code == 204
+    code, body = await _code(ws.fetch("jupyter-pause", "api", "checkpoints", old,
+                                      method="DELETE"))
+    assert code == 404 and body["message"]
+
+    _, st = await ws.flight("resume")
+    assert st["state"] == "ready"
+    body = await ws.api("POST", "gc", {"keep": 0, "older_than": 0})
+    assert _deleted(body) == [current]
+    deleted, freed = _blobs_freed(body)
+    assert deleted >= 1 and freed > 0
+    assert (await ws.api("GET", "checkpoints"))["checkpoints"] == []
+    code, body = await _code(ws.fetch("jupyter-pause", "api", "gc", method="POST",
+                                      body=json.dumps({"keep": -1})))
+    assert code == 400

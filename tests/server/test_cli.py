@@ -1,0 +1,215 @@
+"""`jupyter pause ...` against a real `jupyter server` process, and a SIGKILL mid-checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.timeout(240)
+TOKEN = "cli-test-token"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp / "config"),
+                    "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+                    "JUPYTER_DATA_DIR": str(tmp / "data"), "JUPYTER_PLATFORM_DIRS": "1"}
+        (tmp / "config").mkdir()
+        (tmp / "root").mkdir()
+        (tmp / "config" / "jupyter_server_config.json").write_text(json.dumps({
+            "ServerApp": {"jpserver_extensions": {"jupyter_pause": True},
+                          "allow_root": True, "open_browser": False, "port_retries": 0,
+                          "root_dir": str(tmp / "root")},
+            "IdentityProvider": {"token": TOKEN},
+            "PauseApp": {"state_dir": str(tmp / "state"), "store_url": str(tmp / "store"),
+                         "key_path": str(tmp / "key"), "activity_interval": 0},
+        }))
+        self.proc = None
+
+    def start(self):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.log = open(self.tmp / f"server-{self.port}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_server", f"--port={self.port}", "--ip=127.0.0.1"],
+            env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                self.get("jupyter-pause/api/status")
+                return
+            except OSError:
+                assert self.proc.poll() is None, (self.tmp / f"server-{self.port}.log").read_text()
+                time.sleep(0.2)
+        raise TimeoutError("server did not start")
+
+    def request(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Authorization": f"token {TOKEN}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read() or b"null")
+
+    def get(self, path):
+        return self.request("GET", path)
+
+    def kill(self):
+        """SIGKILL the server and its kernels, as when a pod dies."""
+        procs = psutil.Process(self.proc.pid).children(recursive=True)
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.log.close()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            try:
+                self.request("POST", "api/shutdown")
+                self.proc.wait(20)
+            except Exception:  # noqa: BLE001 - fall back to a kill
+                self.kill()
+        self.log.close()
+
+    def cli(self, *args, env=None):
+        r = subprocess.run([sys.executable, "-m", "jupyter_pause.cli", *args],
+                           env=env or self.env, capture_output=True, text=True, timeout=120)
+        return r.returncode, r.stdout + r.stderr
+
+    def run_cell(self, kernel_id, code):
+        from jupyter_client.blocking import BlockingKernelClient
+
+        info = json.loads((self.tmp / "runtime" / f"kernel-{kernel_id}.json").read_text())
+        kc = BlockingKernelClient()
+        kc.load_connection_info(info)
+        kc.start_channels()
+        try:
+            reply = kc.execute_interactive(code, timeout=120, output_hook=lambda m: None)
+            assert reply["content"]["status"] == "ok", reply["content"]
+        finally:
+            kc.stop_channels()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("cli"))
+    s.start()
+    yield s
+    s.stop()
+
+
+def test_usage_and_no_server(server, tmp_path):
+    code, out = server.cli("frobnicate")
+    assert code == 2 and "invalid choice" in out
+    empty = {**server.env, "JUPYTER_RUNTIME_DIR": str(tmp_path)}
+    code, out = server.cli("status", env=empty)
+    assert code == 3 and "no running Jupyter server" in out
+    code, out = server.cli("status", "--url", "http://127.0.0.1:9/", env=empty)
+    assert code == 3 and "cannot reach" in out
+
+
+def test_status_list_and_resume_refused(server):
+    code, out = server.cli("status")  # found through the runtime dir, like `jupyter server list`
+    assert code == 0, out
+    assert "State:    running" in out and "Backend:  local" in out
+    code, out = server.cli("--json", "status")
+    assert code == 0 and json.loads(out)["state"] == "running"
+    code, out = server.cli("status", "--url", server.url, "--token", "wrong")
+    assert code == 1 and ("403" in out or "Forbidden" in out), out
+    code, out = server.cli("list")
+    assert code == 0 and "No checkpoints." in out
+    code, out = server.cli("resume")
+    assert code == 1 and "not paused" in out
+
+
+def _wait_state(server, *states, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = server.get("jupyter-pause/api/status")
+        if st["state"] in states and st["flight"] is None:
+            return st
+        time.sleep(0.2)
+    raise AssertionError(f"state {st['state']} after {timeout} s: {st}")
+
+
+def _new_session(server, path):
+    return server.request("POST", "api/sessions", {
+        "path": path, "name": path, "type": "notebook", "kernel": {"name": "python3"}})
+
+
+def test_magics_pause_then_resume_in_a_new_kernel(server):
+    kid = _new_session(server, "m.ipynb")["kernel"]["id"]
+    # %pause returns while its cell still runs: the server waits for the cell to end.
+    server.run_cell(kid, "%load_ext jupyter_pause\nmagic_value = [3, 1, 4]\n%pause")
+    st = _wait_state(server, "paused")
+    assert st["timeline"][0]["trigger"] == "magic"
+    # JupyterLab starts a new kernel when a cell runs after the pause; %resume restores it.
+    kid2 = _new_session(server, "m.ipynb")["kernel"]["id"]
+    assert kid2 != kid
+    server.run_cell(kid2, "%load_ext jupyter_pause\n%resume")
+    st = _wait_state(server, "ready", "failed")
+    assert st["state"] == "ready" and st["outcome"] == "restored", st
+    (k,) = st["last_report"]["kernels"]
+    assert k["kernel_id"] == kid2 and "already restored" in k["reason"]
+    names = [e["event"] for e in st["timeline"]]
+    assert "restored" not in names  # restored once, by %resume, not again by the server
+    server.run_cell(kid2, "assert magic_value == [3, 1, 4]")
+    server.request("DELETE", f"api/kernels/{kid2}")
+
+
+def test_pause_resume_and_sigkill_mid_checkpoint(server):
+    session = server.request("POST", "api/sessions", {
+        "path": "k.ipynb", "name": "k.ipynb", "type": "notebook", "kernel": {"name": "python3"}})
+    kid = session["kernel"]["id"]
+    server.run_cell(kid, "keep = 'safe'")
+    code, out = server.cli("pause", "--wait")
+    assert code == 0 and "State:    paused" in out, out
+    first = server.get("jupyter-pause/api/status")["last_checkpoint"]["id"]
+    code, out = server.cli("list")
+    assert code == 0 and first in out and "k.ipynb" in out
+    code, out = server.cli("resume", "--wait")
+    assert code == 0 and "ready: restored from checkpoint" in out, out
+    assert "k.ipynb: restored" in out
+
+    # A pause with a large variable; the server dies while the kernel writes the checkpoint.
+    kid = server.get("jupyter-pause/api/status")["kernels"][0]["id"]
+    server.run_cell(kid, "import numpy as np; big = np.random.default_rng(1).random(24 * 2**20)")
+    server.request("POST", "jupyter-pause/api/pause", {"trigger": "manual"})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        st = server.get("jupyter-pause/api/status")
+        if st["state"] == "checkpointing" and (st["step"] or {}).get("total"):
+            break
+        assert st["state"] in ("running", "checkpointing"), st
+        time.sleep(0.01)
+    server.kill()
+
+    server.start()
+    code, out = server.cli("status")
+    assert code == 0, out
+    assert "State:    running" in out and "server stopped during checkpointing" in out, out
+    st = server.get("jupyter-pause/api/status")
+    assert st["last_checkpoint"]["id"] == first
+    code, out = server.cli("list")
+    assert first in out  # no checkpoint lost
+    ids = [c["id"] for c in server.get("jupyter-pause/api/checkpoints")["checkpoints"]]
+    assert first in ids
