@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from jupyter_pause.checkpoint import WriteCache, load_or_create_key, open_store, read, write  # noqa: E402
+from jupyter_pause.checkpoint import WriteCache, load_or_create_key, open_store, read, write
 
 GiB = 1 << 30
 RESULTS: list[tuple[str, float, str, float, str]] = []
@@ -51,7 +51,7 @@ def rss() -> int:
 class PeakRSS:
     """Samples VmRSS every 5 ms from a thread."""
 
-    def __enter__(self) -> PeakRSS:
+    def __enter__(self) -> PeakRSS:  # noqa: PYI034
         self.base = rss()
         self.peak = self.base
         self._stop = threading.Event()
@@ -76,15 +76,17 @@ class PeakRSS:
 def figure(name: str, value: float, ref_name: str, ref: float, bar: str, unit: str = "s") -> None:
     ratio = value / ref if ref else float("nan")
     RESULTS.append((name, value, ref_name, ref, bar))
-    print(f"  {name}: {value:.3f} {unit} | reference {ref_name}: {ref:.3f} {unit} | "
-          f"ratio {ratio:.3f} (bar {bar})", flush=True)
+    print(
+        f"  {name}: {value:.3f} {unit} | reference {ref_name}: {ref:.3f} {unit} | "
+        f"ratio {ratio:.3f} (bar {bar})",
+        flush=True,
+    )
 
 
 def raw_write(path: str, tensors: list) -> float:
     t0 = time.perf_counter()
     with open(path, "wb") as f:
-        for t in tensors:
-            f.write(memoryview(t.numpy()).cast("B"))
+        f.writelines(memoryview(t.numpy()).cast("B") for t in tensors)
         f.flush()
         os.fsync(f.fileno())
     return time.perf_counter() - t0
@@ -141,8 +143,11 @@ def section_model(args, root: str, key: bytes) -> None:
     print(f"    ({nbytes / ckpt_s / 1e9:.2f} GB/s vs {nbytes / raw_s / 1e9:.2f} GB/s raw)")
     peak = max(peaks)
     RESULTS.append(("peak extra RSS", peak, "state size", nbytes, "<= 5%"))
-    print(f"  peak extra RSS during checkpoint: {peak / 2**20:.1f} MiB | reference state size: "
-          f"{nbytes / 2**20:.1f} MiB | ratio {peak / nbytes:.4f} (bar <= 0.05)", flush=True)
+    print(
+        f"  peak extra RSS during checkpoint: {peak / 2**20:.1f} MiB | reference state size: "
+        f"{nbytes / 2**20:.1f} MiB | ratio {peak / nbytes:.4f} (bar <= 0.05)",
+        flush=True,
+    )
 
     # (3) incremental, on the same state and the last store
     cache, first = firsts[-1]
@@ -158,8 +163,9 @@ def section_model(args, root: str, key: bytes) -> None:
     print(f"\n(3) incremental ({args.tensors} tensors)")
     figure("2nd checkpoint, nothing changed", t2, "first checkpoint", t1, "<= 0.05x")
     print(f"    (bytes written {r2.bytes_written} of {r2.bytes_total})")
-    figure(f"checkpoint, 1 tensor of {args.tensors} changed", t3, "first checkpoint", t1,
-           "<= 0.10x")
+    figure(
+        f"checkpoint, 1 tensor of {args.tensors} changed", t3, "first checkpoint", t1, "<= 0.10x"
+    )
     print(f"    (bytes written {r3.bytes_written} of {r3.bytes_total})", flush=True)
 
     # restore, cold, all pages touched, vs a cold sequential read of the same bytes
@@ -177,10 +183,18 @@ def section_model(args, root: str, key: bytes) -> None:
         del rr
         gc.collect()
     print(f"\n(1) restore ({'cold' if cold else 'WARM: could not drop caches'})")
-    figure("restore, all pages touched", statistics.median(restores),
-           "sequential read of the same bytes", cr, "<= 1.2x")
-    print(f"    ({nbytes / statistics.median(restores) / 1e9:.2f} GB/s vs "
-          f"{nbytes / cr / 1e9:.2f} GB/s read)", flush=True)
+    figure(
+        "restore, all pages touched",
+        statistics.median(restores),
+        "sequential read of the same bytes",
+        cr,
+        "<= 1.2x",
+    )
+    print(
+        f"    ({nbytes / statistics.median(restores) / 1e9:.2f} GB/s vs "
+        f"{nbytes / cr / 1e9:.2f} GB/s read)",
+        flush=True,
+    )
     os.unlink(raw_path)
     del state, tensors, firsts, cache
     gc.collect()
@@ -196,16 +210,22 @@ def section_mixed(args, root: str, key: bytes) -> None:
     import numpy as np
     import pandas as pd
 
-    print(f"\n(2) mixed namespace: DataFrame {args.df_rows:.0e} rows, ndarray "
-          f"{args.array_gib} GiB, {args.dicts:.0e} small dicts, lambda, closure, class", flush=True)
+    print(
+        f"\n(2) mixed namespace: DataFrame {args.df_rows:.0e} rows, ndarray "
+        f"{args.array_gib} GiB, {args.dicts:.0e} small dicts, lambda, closure, class",
+        flush=True,
+    )
     n = int(args.df_rows)
     rng = np.random.default_rng(0)
-    df = pd.DataFrame({
-        "i": np.arange(n, dtype=np.int64), "f": rng.normal(size=n),
-        "g": rng.normal(size=n).astype(np.float32),
-        "t": pd.date_range("2020-01-01", periods=n, freq="s"),
-        "c": pd.Categorical(rng.choice(["a", "b", "c", "d"], size=n)),
-    })
+    df = pd.DataFrame(
+        {
+            "i": np.arange(n, dtype=np.int64),
+            "f": rng.normal(size=n),
+            "g": rng.normal(size=n).astype(np.float32),
+            "t": pd.date_range("2020-01-01", periods=n, freq="s"),
+            "c": pd.Categorical(rng.choice(["a", "b", "c", "d"], size=n)),
+        }
+    )
     arr = rng.random(int(args.array_gib * GiB) // 4, dtype=np.float32)
     dicts = {i: {"id": i, "score": i * 0.5, "name": f"n{i}"} for i in range(int(args.dicts))}
     k = 3
@@ -213,8 +233,14 @@ def section_mixed(args, root: str, key: bytes) -> None:
     def closure(x):
         return x + k
 
-    ns = {"df": df, "arr": arr, "dicts": dicts, "square": lambda x: x * x,
-          "closure": closure, "obj": Notebook(5)}
+    ns = {
+        "df": df,
+        "arr": arr,
+        "dicts": dicts,
+        "square": lambda x: x * x,
+        "closure": closure,
+        "obj": Notebook(5),
+    }
     main = sys.modules["__main__"]
     saved = dict(main.__dict__)
     bench_names = set(saved)
@@ -240,8 +266,13 @@ def section_mixed(args, root: str, key: bytes) -> None:
         for name in ns:
             main.__dict__.pop(name, None)
     bad = [v.name for v in res.variables if v.status != "saved"]
-    figure("checkpoint of the mixed namespace (with fsync)", ours,
-           "dill.dump_module + fsync", dill_s, ">= 5x faster, i.e. ratio <= 0.2")
+    figure(
+        "checkpoint of the mixed namespace (with fsync)",
+        ours,
+        "dill.dump_module + fsync",
+        dill_s,
+        ">= 5x faster, i.e. ratio <= 0.2",
+    )
     print(f"    ({dill_s / ours:.1f}x faster; {res.bytes_total / GiB:.2f} GiB; not saved: {bad})")
     drop_caches()
     t0 = time.perf_counter()

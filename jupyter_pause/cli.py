@@ -211,7 +211,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"{'ID':<36} {'CREATED':<26} {'SIZE':>10} {'VARS':>5}  NOTEBOOK")
     for c in items:
-        print(f"{str(c.get('id')):<36} {str(c.get('created')):<26} "
+        print(f"{c.get('id')!s:<36} {c.get('created')!s:<26} "
               f"{_size(c.get('bytes_total')):>10} {c.get('variables', 0):>5}  {c.get('stream')}")
     return EXIT_OK
 

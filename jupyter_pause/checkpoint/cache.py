@@ -15,6 +15,26 @@ class _StorageMemo:
     entry: dict[str, Any]  # the manifest tensor entry (blob, name, dtype, shape, device, nbytes)
 
 
+# Storages that read() created from pack entries, per store: a checkpoint taken right after a
+# restore (resume, look, pause again) then reuses those entries instead of rewriting every
+# tensor, even with a fresh WriteCache. Weak: entries die with the tensors.
+_restored: dict[tuple[str, int], _StorageMemo] = {}
+
+
+def remember_restored(store_url: str, us: Any, tensors: list[Any], entry: dict[str, Any]) -> None:
+    refs = []
+    for t in tensors:
+        try:
+            refs.append((weakref.ref(t), t._version))
+        except TypeError:
+            continue
+    if refs:
+        fixed = {k: v for k, v in entry.items() if k != "key"}
+        _restored[(store_url, us._cdata)] = _StorageMemo(us.data_ptr(), us.nbytes(), refs, fixed)
+    for k in [k for k, m in _restored.items() if all(r() is None for r, _ in m.tensors)]:
+        del _restored[k]
+
+
 @dataclass
 class WriteCache:
     """Keep one per process (per store) across checkpoints; pass it to every ``write``.
@@ -47,6 +67,8 @@ class WriteCache:
 
     def unchanged_storage(self, us: Any, seen: list[tuple[Any, int]]) -> dict[str, Any] | None:
         m = self.storages.get(us._cdata)
+        if m is None and self.store_url is not None:
+            m = _restored.get((self.store_url, us._cdata))
         if m is None or m.data_ptr != us.data_ptr() or m.nbytes != us.nbytes():
             return None
         alive = 0

@@ -1,10 +1,14 @@
 """Co-variable groups: variables whose object graphs share an object are stored together.
 
-One breadth-first walk over ``gc.get_referents`` for the whole namespace; every object is visited
-once and "owned" by the first variable that reaches it, and reaching an owned object unions the
-two variables. The walk is kept cheap: filtering of referents happens in C (``map``/``compress``),
-untracked objects (atomic values, dicts/tuples of atomic values) are never descended into, and
-numpy arrays and torch tensors are keyed by the memory they view instead of being traversed.
+One breadth-first walk over ``gc.get_referents`` for the whole namespace; every gc-tracked object
+is visited once and "owned" by the first variable that reaches it, and reaching an owned object
+unions the two variables. The walk is kept cheap for namespaces of millions of small objects:
+- filtering of referents happens in C (``map``/``compress``), Python loops only see the few
+  objects that need a decision (modules, classes, functions, arrays, tensors);
+- untracked mutable leaves (dicts of atomic values, bytearrays) are not hashed one by one: their
+  ids go into numpy arrays and one sort at the end finds leaves reached by two variables;
+- numpy arrays and torch tensors are keyed by the memory they view (root buffer, storage), not
+  traversed, so views and shared storage tie their variables together.
 Modules, module dicts (function globals), and classes/functions importable by name stop the walk:
 they are pickled by reference, so sharing them does not tie variables together.
 """
@@ -14,8 +18,8 @@ from __future__ import annotations
 import gc
 import sys
 import types
-from itertools import compress, repeat
-from operator import not_, or_
+from itertools import chain, compress, repeat
+from operator import not_
 from typing import Any
 
 _ATOMIC = (int, float, complex, str, bytes, bool, type(None), range, slice)
@@ -51,19 +55,30 @@ class Walk:
     def __init__(self) -> None:
         self.groups: list[list[str]] = []
         self.big_bytes: dict[str, int] = {}
+        self.array_ids: set[int] = set()  # numpy arrays reachable from the namespace
 
 
 def group_variables(items: list[tuple[str, Any]], namespace: Any = None) -> Walk:
+    was_enabled = gc.isenabled()
+    gc.disable()  # a collection mid-walk could untrack dicts and hide an alias
+    try:
+        return _group(items, namespace)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _group(items: list[tuple[str, Any]], namespace: Any) -> Walk:
     np = sys.modules.get("numpy")
     torch = sys.modules.get("torch")
     ndarray = np.ndarray if np is not None else None
     tensor = torch.Tensor if torch is not None else None
-    # objects that need a per-object decision (pickled by name, or keyed by their memory)
-    slow_types = (types.ModuleType, type, types.FunctionType) + tuple(
-        t for t in (ndarray, tensor) if t is not None
+    # tracked objects that need a per-object decision (pickled by name, or keyed by memory)
+    slow_tracked = (types.ModuleType, type, types.FunctionType) + (
+        (tensor,) if tensor is not None else ()
     )
-    # untracked but mutable, so sharing them is aliasing: plain dicts of atomic values etc.
-    untracked_mutable = (dict, bytearray)
+    # untracked but mutable, so sharing them is aliasing: dicts of atomic values, bytearrays
+    leafy = (dict, bytearray) + ((ndarray,) if ndarray is not None else ())
 
     stop_ids = {id(m.__dict__) for m in list(sys.modules.values()) if hasattr(m, "__dict__")}
     if namespace is not None:
@@ -71,8 +86,11 @@ def group_variables(items: list[tuple[str, Any]], namespace: Any = None) -> Walk
 
     n = len(items)
     uf = _UF(n)
-    owner: dict[Any, int] = {}
+    owner: dict[Any, int] = {}  # tracked objects (and memory keys) -> first variable reaching it
+    leaves: list[Any] = []  # per variable: ids of untracked mutable leaves (numpy int arrays)
+    leaf_sets: dict[int, set[int]] = {}  # the same without numpy
     big = [0] * n
+    array_ids: set[int] = set()
 
     def claim(key: Any, vi: int) -> bool:
         """Own ``key`` for variable vi; False (and union) if someone already did."""
@@ -91,6 +109,7 @@ def group_variables(items: list[tuple[str, Any]], namespace: Any = None) -> Walk
             return
         i = id(r)
         if ndarray is not None and isinstance(r, ndarray):
+            array_ids.add(i)
             if not claim(i, vi):
                 return
             base = r
@@ -114,29 +133,66 @@ def group_variables(items: list[tuple[str, Any]], namespace: Any = None) -> Walk
         if i not in stop_ids and claim(i, vi):
             nxt.append(r)  # a class or function defined in the notebook: walk into it
 
+    def add_leaves(vi: int, objs: list, nxt: list) -> None:
+        """Untracked mutable objects: record their identity; an untracked dict can still hold
+        non-gc objects such as numpy arrays or bytearrays, so look one level in."""
+        if not objs:
+            return
+        # values only (keys are hashable, so never a dict, array or bytearray), and a full scan
+        # only when one of their types calls for it: usually they are all int/float/str
+        dicts = [o for o in objs if type(o) is dict] if len(objs) < 64 else objs
+        if dicts is objs and not all(map(isinstance, objs, repeat(dict))):
+            dicts = [o for o in objs if isinstance(o, dict)]
+        inner = list(chain.from_iterable(map(dict.values, dicts)))
+        if inner and any(issubclass(t, leafy) for t in set(map(type, inner))):
+            for r in compress(inner, map(isinstance, inner, repeat(leafy))):
+                if ndarray is not None and isinstance(r, ndarray):
+                    if id(r) not in owner:
+                        slow(r, vi, nxt)
+                    elif owner[id(r)] != vi:
+                        uf.union(owner[id(r)], vi)
+                else:
+                    objs.append(r)  # a bytearray (an untracked dict holds no dict)
+        if np is not None:
+            leaves.append((vi, np.fromiter(map(id, objs), dtype=np.int64, count=len(objs))))
+        else:
+            leaf_sets.setdefault(vi, set()).update(map(id, objs))
+
     for vi, (_name, value) in enumerate(items):
         if isinstance(value, _ATOMIC):
             continue
         frontier: list[Any] = []
-        if isinstance(value, slow_types):
+        if isinstance(value, slow_tracked) or (ndarray is not None and isinstance(value, ndarray)):
             slow(value, vi, frontier)
-        elif id(value) not in stop_ids and claim(id(value), vi) and gc.is_tracked(value):
-            frontier.append(value)
+        elif id(value) not in stop_ids:
+            if gc.is_tracked(value):
+                if claim(id(value), vi):
+                    frontier.append(value)
+            else:
+                add_leaves(vi, [value], frontier)
         while frontier:
             refs = gc.get_referents(*frontier)
             frontier = []
-            # everything below runs in C except the loops over hits and "slow" objects
-            is_slow = list(map(isinstance, refs, repeat(slow_types)))
-            for r in compress(refs, is_slow):
-                if id(r) in owner:
-                    o = owner[id(r)]
-                    if o != vi:
-                        uf.union(o, vi)
-                else:
+            # the filtering runs in C (map/compress); Python loops only over "slow" objects
+            tracked_flags = list(map(gc.is_tracked, refs))
+            tracked = list(compress(refs, tracked_flags))
+            untracked = list(compress(refs, map(not_, tracked_flags)))
+            leaf = list(compress(untracked, map(isinstance, untracked, repeat(leafy))))
+            del refs, tracked_flags, untracked
+            if ndarray is not None and leaf:
+                arrays = list(map(isinstance, leaf, repeat(ndarray)))
+                for r in compress(leaf, arrays):
                     slow(r, vi, frontier)
-            fast = list(compress(refs, map(not_, is_slow)))
-            keep = map(or_, map(gc.is_tracked, fast), map(isinstance, fast, repeat(untracked_mutable)))
-            cands = list(compress(fast, keep))
+                leaf = list(compress(leaf, map(not_, arrays)))
+            add_leaves(vi, leaf, frontier)
+            is_slow = list(map(isinstance, tracked, repeat(slow_tracked)))
+            for r in compress(tracked, is_slow):
+                o = owner.get(id(r))
+                if o is None:
+                    slow(r, vi, frontier)
+                elif o != vi:
+                    uf.union(o, vi)
+            cands = list(compress(tracked, map(not_, is_slow)))
             if not cands:
                 continue
             ids = set(map(id, cands))
@@ -149,13 +205,42 @@ def group_variables(items: list[tuple[str, Any]], namespace: Any = None) -> Walk
             if not new:
                 continue
             owner.update(dict.fromkeys(new, vi))
-            tracked = compress(cands, map(gc.is_tracked, cands))
-            frontier.extend({id(r): r for r in tracked if id(r) in new}.values())
+            frontier.extend({id(r): r for r in cands if id(r) in new}.values())
 
+    _union_shared_leaves(np, uf, owner, leaves, leaf_sets)
     groups: dict[int, list[str]] = {}
     for vi, (name, _v) in enumerate(items):
         groups.setdefault(uf.find(vi), []).append(name)
     w = Walk()
     w.groups = list(groups.values())
     w.big_bytes = {name: big[vi] for vi, (name, _v) in enumerate(items)}
+    w.array_ids = array_ids
     return w
+
+
+def _union_shared_leaves(np: Any, uf: _UF, owner: dict, leaves: list, leaf_sets: dict) -> None:
+    """Union variables that reach the same untracked leaf (or a leaf that is another variable's
+    tracked object): one vectorised sort instead of a hash insert per leaf."""
+    if np is not None and leaves:
+        tracked_ids = [k for k in owner if isinstance(k, int)]
+        ids = [a for _, a in leaves]
+        vis = [np.full(len(a), vi, dtype=np.int64) for vi, a in leaves]
+        if tracked_ids:
+            ids.append(np.fromiter(tracked_ids, dtype=np.int64, count=len(tracked_ids)))
+            vis.append(
+                np.fromiter((owner[k] for k in tracked_ids), dtype=np.int64, count=len(tracked_ids))
+            )
+        all_ids = np.concatenate(ids)
+        all_vis = np.concatenate(vis)
+        order = np.argsort(all_ids, kind="stable")
+        all_ids, all_vis = all_ids[order], all_vis[order]
+        dup = np.flatnonzero((all_ids[1:] == all_ids[:-1]) & (all_vis[1:] != all_vis[:-1]))
+        for k in dup.tolist():
+            uf.union(int(all_vis[k]), int(all_vis[k + 1]))
+    elif leaf_sets:
+        seen: dict[int, int] = {k: v for k, v in owner.items() if isinstance(k, int)}
+        for vi, ids in leaf_sets.items():
+            for i in ids & seen.keys():
+                if seen[i] != vi:
+                    uf.union(seen[i], vi)
+            seen.update(dict.fromkeys(ids - seen.keys(), vi))

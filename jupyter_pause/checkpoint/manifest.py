@@ -116,6 +116,7 @@ class WriteResult:
     bytes_total: int
     variables: list[VariableReport]
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # e.g. retention clean-up problems
 
 
 @dataclass

@@ -39,7 +39,7 @@ class _NeedsDill(Exception):
 
 
 # -- type classification ------------------------------------------------------------------------
-_PLAIN, _MODULE, _TENSOR, _STORAGE, _CODE, _STALE_KIND, _UNSER_KIND = range(7)
+_PLAIN, _MODULE, _TENSOR, _STORAGE, _CODE, _STALE_KIND, _UNSER_KIND, _NDARRAY = range(8)
 _kind_cache: dict[type, tuple[int, str]] = {}
 
 
@@ -107,6 +107,9 @@ def _classify(t: type) -> tuple[int, str]:
         _STALE_LIST.extend(_stale_reasons())
     if issubclass(t, types.ModuleType):
         return _MODULE, ""
+    np = sys.modules.get("numpy")
+    if np is not None and t is np.ndarray:
+        return _NDARRAY, ""
     torch = sys.modules.get("torch")
     if torch is not None:
         if issubclass(t, torch.Tensor):
@@ -153,12 +156,39 @@ def _identity(x: Any) -> Any:
     return x
 
 
+def _rebuild_view(root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
+    """A numpy view onto its (restored) root array, so views keep sharing memory."""
+    import numpy as np
+
+    return np.ndarray(shape, dtype=dtype, buffer=root.data, offset=offset, strides=strides)
+
+
+def _view_reduce(obj: Any, array_ids: set[int]) -> Any:
+    import numpy as np
+
+    base = obj.base
+    if not isinstance(base, np.ndarray) or obj.dtype.hasobject:
+        return NotImplemented
+    root = base
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    # only when the root itself is being saved (else pickling it would save memory nobody
+    # asked for) and exposes a plain buffer
+    if id(root) not in array_ids or not root.flags.c_contiguous:
+        return NotImplemented
+    if root.dtype.hasobject:
+        return NotImplemented
+    offset = obj.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    return (_rebuild_view, (root, offset, obj.shape, obj.strides, obj.dtype))
+
+
 # -- the pickling context -----------------------------------------------------------------------
 class Ctx:
     """What one pickling attempt collected: out-of-band buffers, storages, tensors seen."""
 
-    def __init__(self, oob_min: int = OOB_MIN) -> None:
+    def __init__(self, oob_min: int = OOB_MIN, array_ids: set[int] | None = None) -> None:
         self.oob_min = oob_min
+        self.array_ids = array_ids or set()
         self.buffers: list[memoryview] = []
         self.storages: list[Any] = []  # UntypedStorage, in stream index order
         self.storage_dtype: list[str] = []
@@ -198,6 +228,8 @@ def _override(self: Any, obj: Any, strict: bool) -> Any:
     kind = k[0]
     if kind == _PLAIN:
         return NotImplemented
+    if kind == _NDARRAY:
+        return _view_reduce(obj, self.ctx.array_ids) if obj.base is not None else NotImplemented
     if kind == _MODULE:
         return (importlib.import_module, (obj.__name__,))
     if kind == _TENSOR:
@@ -256,12 +288,14 @@ def reason_of(e: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def dump_group(values: dict[str, Any], oob_min: int = OOB_MIN) -> tuple[bytes, str, Ctx]:
+def dump_group(
+    values: dict[str, Any], oob_min: int = OOB_MIN, array_ids: set[int] | None = None
+) -> tuple[bytes, str, Ctx]:
     """Pickle ``values`` (name -> object) as one stream. Returns (stream, pickler name, ctx).
 
     Raises SkipVariable/StaleObject with a reason, or the pickler's own exception.
     """
-    ctx = Ctx(oob_min)
+    ctx = Ctx(oob_min, array_ids)
     buf = io.BytesIO()
     try:
         FastPickler(buf, ctx).dump(values)
@@ -270,7 +304,7 @@ def dump_group(values: dict[str, Any], oob_min: int = OOB_MIN) -> tuple[bytes, s
         raise
     except Exception:  # noqa: BLE001, S110 - lambdas, closures, __main__ code: dill's job
         pass
-    ctx = Ctx(oob_min)
+    ctx = Ctx(oob_min, array_ids)
     buf = io.BytesIO()
     _dill_class()(buf, ctx).dump(values)
     return buf.getvalue(), "dill", ctx

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import gc
 import mmap
 import os
 import threading
 import time
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -72,7 +74,7 @@ class _Verifier:
                         n += r
                         self._tick(r)
                 keep = path
-            elif size >= MMAP_MIN:
+            elif size >= MMAP_MIN and hasattr(mmap, "MAP_PRIVATE"):
                 # private writable mapping: arrays restore zero-copy and stay writable
                 with open(path, "rb") as f:
                     n = os.fstat(f.fileno()).st_size
@@ -131,6 +133,43 @@ class _Verifier:
     def report(self) -> None:
         if self.progress:
             self.progress(min(self.done, self.total), self.total)
+
+
+def _remember(store: Store, m: Any, g: dict, got: dict, storages: dict, forced: Any) -> None:
+    """Tell the process's write caches which storages came unchanged out of which pack entry."""
+    import torch
+
+    from .cache import remember_restored
+
+    by_cdata = {}
+    for ti in g["tensors"]:
+        us = storages.get(ti)
+        te = m.tensors[ti]
+        if us is not None and str(us.device) == te["device"]:
+            by_cdata[us._cdata] = (us, te, [])
+    if not by_cdata:
+        return
+    seen: set[int] = set()
+    frontier = list(got.values())
+    budget = 200_000  # model/optimizer graphs are small; never walk a huge object graph here
+    while frontier and budget > 0:
+        nxt = []
+        for o in frontier:
+            if id(o) in seen or isinstance(o, (type, types.ModuleType, types.FunctionType)):
+                continue
+            seen.add(id(o))
+            budget -= 1
+            if isinstance(o, torch.Tensor):
+                try:
+                    hit = by_cdata.get(o.untyped_storage()._cdata)
+                except (RuntimeError, NotImplementedError, TypeError):
+                    hit = None
+                if hit is not None:
+                    hit[2].append(o)
+            nxt.extend(r for r in gc.get_referents(o) if gc.is_tracked(r))
+        frontier = nxt
+    for us, te, tensors in by_cdata.values():
+        remember_restored(store.url, us, tensors, te)
 
 
 def read(
@@ -215,6 +254,8 @@ def read(
             for n in g["names"]:
                 if wanted is None or n in wanted:
                     values[n] = got[n]
+            if g["tensors"]:
+                _remember(store, m, g, got, storages, forced)
     finally:
         packs.close()
 

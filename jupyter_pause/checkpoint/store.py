@@ -147,8 +147,10 @@ class Store:
         return 0.0
 
     def _fsync_dir(self, path: str) -> None:
+        if os.name == "nt":  # directories cannot be opened for fsync there
+            return
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         except OSError:
             return
         try:
@@ -160,7 +162,7 @@ class Store:
 
     def _makedirs(self, path: str) -> None:
         if self.local:
-            os.makedirs(path, exist_ok=True)
+            os.makedirs(path, mode=0o700, exist_ok=True)  # checkpoints hold the user's data
         else:
             self.fs.makedirs(path, exist_ok=True)
 
@@ -189,7 +191,7 @@ class Store:
     def _write_small(self, path: str, data: bytes, durable: bool = True) -> None:
         if self.local:
             tmp = f"{path}.{secrets.token_hex(4)}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
                 _write_all(fd, memoryview(data))
                 if durable:
@@ -231,7 +233,7 @@ class Store:
         h = _hasher()
         size = 0
         flushed = 0
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             for chunk in chunks:
                 mv = memoryview(chunk).cast("B")
@@ -256,7 +258,7 @@ class Store:
         else:
             d = os.path.dirname(final)
             if not os.path.isdir(d):
-                os.makedirs(d, exist_ok=True)
+                os.makedirs(d, mode=0o700, exist_ok=True)
                 txn.dirs.add(os.path.dirname(d))
             os.replace(tmp, final)
             txn.created.add(digest)
@@ -456,6 +458,14 @@ class Store:
             freed += size
         temps = 0
         if candidates is None:
+            # manifest temp files of writers that died between write and rename
+            for slug in self._ls(self._join("manifests")):
+                for n in self._ls(self._join("manifests", slug)):
+                    p = self._join("manifests", slug, n)
+                    if n.endswith(".tmp") and self._mtime(p) < time.time() - 600:
+                        if not dry_run:
+                            self._remove(p)
+                        temps += 1
             # a write creates its lease before any temp file and removes it after the last,
             # so temps not covered by a live lease belong to a writer that died
             active = {i for i, _ in leases}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
-import re
 import secrets
 import threading
 import time
@@ -25,9 +24,9 @@ log = logging.getLogger(__name__)
 
 BUNDLE_MAX = 1 << 20  # pickle streams below this share one blob (one file, one fsync)
 SHARD_MIN = 64 << 20  # below this, new tensors go into a single pack
-_IPYTHON_NAMES = re.compile(
-    r"^(_+|_i+|_i\d+|_\d+|_(dh|oh|ih|exit_code)|__\w+__|In|Out|get_ipython|exit|quit)$"
-)
+# Like IPython's %who: names starting with "_" (output cache, _i1, the extension's own helpers)
+# and IPython's helpers are not user variables. ``include`` can still name them.
+_HIDDEN = frozenset({"In", "Out", "get_ipython", "exit", "quit"})
 
 
 def new_checkpoint_id() -> str:
@@ -41,7 +40,7 @@ def select_names(
     if include is not None:
         names = [n for n in dict.fromkeys(include) if n in namespace]
     else:
-        names = [n for n in namespace if not _IPYTHON_NAMES.match(n)]
+        names = [n for n in namespace if not n.startswith("_") and n not in _HIDDEN]
     ex = set(exclude or ())
     return [n for n in names if n not in ex]
 
@@ -97,7 +96,7 @@ class _Run:
             ok = self.exists[digest] = self.store.has_blob(digest)
         return ok
 
-    def put(self, chunks: list, kind: str, size: int, cached: bool = True) -> cf.Future:
+    def put(self, chunks: Iterable, kind: str, size: int, cached: bool = True) -> cf.Future:
         """Write a blob in the pool; the future gives its digest."""
         self.known += size
 
@@ -181,22 +180,27 @@ def write(
     var_size: dict[str, int] = {}
     groups: list[dict[str, Any]] = []
     bundle: list[tuple[dict[str, Any], bytes]] = []
-    storages: dict[int, int] = {}  # storage _cdata -> global index
-    gstore: list[list[Any]] = []  # [storage, dtype, seen tensors]
+    storages: dict[int, int] = {}  # storage _cdata -> index into the manifest's tensors
+    tw = _TensorWriter(run, cache)
     try:
         run.report(force=True)
 
         def save_unit(unames: list[str], stream_bytes: bytes, pickler: str, ctx: Any) -> None:
             gi = len(groups)
-            tensor_idx = []
+            nbytes = len(stream_bytes) + sum(mv.nbytes for mv in ctx.buffers)
+            nbytes += sum(us.nbytes() for us in ctx.storages if us._cdata not in storages)
+            if max_size is not None and nbytes > max_size:
+                for n in unames:
+                    status[n] = ("skipped", f"{_mb(nbytes)} exceeds the size limit {_mb(max_size)}")
+                return
             seen: dict[int, list] = {}
             for t, v, cdata in ctx.tensors:
                 seen.setdefault(cdata, []).append((t, v))
+            tensor_idx = []
             for us, dt in zip(ctx.storages, ctx.storage_dtype):
                 g = storages.get(us._cdata)
                 if g is None:
-                    g = storages[us._cdata] = len(gstore)
-                    gstore.append([us, dt, seen.get(us._cdata, [])])
+                    g = storages[us._cdata] = tw.add(us, dt, seen.get(us._cdata, []))
                 tensor_idx.append(g)
             entry: dict[str, Any] = {
                 "names": unames,
@@ -205,15 +209,6 @@ def write(
                 "buffers": [],
                 "tensors": tensor_idx,
             }
-            nbytes = len(stream_bytes) + sum(mv.nbytes for mv in ctx.buffers)
-            nbytes += sum(us.nbytes() for us in ctx.storages)
-            if max_size is not None and nbytes > max_size:
-                for n in unames:
-                    status[n] = ("skipped", f"{_mb(nbytes)} exceeds the size limit {_mb(max_size)}")
-                # storages only referenced by this unit would still be listed: drop them again
-                for g in tensor_idx:
-                    gstore[g][2] = None
-                return
             groups.append(entry)
             for n in unames:
                 status[n] = ("saved", None)
@@ -226,13 +221,17 @@ def write(
                 f = run.put([stream_bytes], "pickle", len(stream_bytes))
                 entry["stream"] = {"future": f, "offset": 0, "length": len(stream_bytes)}
             entry["buffers"] = [run.put([mv], "buffer", mv.nbytes) for mv in ctx.buffers]
+            tw.flush(final=False)
             run.report()
 
         def fail(n: str, e: BaseException) -> None:
             st = e.status if isinstance(e, SkipVariable) else "skipped"
             status[n] = (st, reason_of(e))
 
-        for gnames in walk.groups:
+        # groups holding large arrays/tensors first: their writes then overlap the pickling of
+        # object-heavy groups (which is CPU-bound)
+        order = sorted(walk.groups, key=lambda g: -sum(walk.big_bytes.get(n, 0) for n in g))
+        for gnames in order:
             if max_size is not None:
                 est = sum(walk.big_bytes.get(n, 0) for n in gnames)
                 if est > max_size:
@@ -243,7 +242,9 @@ def write(
                         )
                     continue
             try:
-                save_unit(gnames, *dump_group({n: namespace[n] for n in gnames}))
+                save_unit(
+                    gnames, *dump_group({n: namespace[n] for n in gnames}, array_ids=walk.array_ids)
+                )
                 continue
             except (KeyboardInterrupt, SystemExit, MemoryError):
                 raise
@@ -255,14 +256,17 @@ def write(
             good = []
             for n in gnames:
                 try:
-                    good.append((n, dump_group({n: namespace[n]})))
+                    good.append((n, dump_group({n: namespace[n]}, array_ids=walk.array_ids)))
                 except (KeyboardInterrupt, SystemExit, MemoryError):
                     raise
                 except BaseException as e:  # noqa: BLE001
                     fail(n, e)
             if len(good) > 1:
                 try:
-                    save_unit([n for n, _ in good], *dump_group({n: namespace[n] for n, _ in good}))
+                    save_unit(
+                        [n for n, _ in good],
+                        *dump_group({n: namespace[n] for n, _ in good}, array_ids=walk.array_ids),
+                    )
                     continue
                 except (KeyboardInterrupt, SystemExit, MemoryError):
                     raise
@@ -282,7 +286,8 @@ def write(
             for entry, _ in bundle:
                 entry["stream"]["future"] = bf
 
-        tensor_entries, new_memos = _write_tensors(run, gstore, cache)
+        tw.flush(final=True)
+        tensor_entries, new_memos = tw.entries, _Memos(tw.memos, cache)
         run.wait()
 
         for entry in groups:
@@ -353,27 +358,35 @@ def write(
         ],
         seconds=time.monotonic() - t0,
     )
-    res.warnings = warnings  # type: ignore[attr-defined]
+    res.warnings = warnings
     return res
 
 
-def _write_tensors(run: _Run, gstore: list, cache: WriteCache | None):
-    """Manifest tensor entries; unchanged storages reuse their old pack entry by reference."""
-    entries: list[dict[str, Any]] = []
-    memos = {}
-    new: list[tuple[int, Any, str]] = []
-    for gi, (us, dtype, seen) in enumerate(gstore):
-        if seen is None:  # belonged to a unit skipped for size
-            entries.append({"key": f"t{gi}", "blob": None})
-            continue
+class _TensorWriter:
+    """Manifest tensor entries, aligned with the storages in the order pickling met them.
+
+    Unchanged storages (per the cache) reuse their old pack entry by reference; new ones are
+    written in packs of two shards (two threads, performance.md section 7) as soon as enough
+    has accumulated, so pack writes overlap the pickling of the remaining groups.
+    """
+
+    def __init__(self, run: _Run, cache: WriteCache | None) -> None:
+        self.run, self.cache = run, cache
+        self.entries: list[dict[str, Any]] = []
+        self.memos: dict[int, tuple] = {}
+        self.pending: list[tuple[int, Any, str]] = []
+        self.pending_bytes = 0
+
+    def add(self, us: Any, dtype: str, seen: list) -> int:
+        gi = len(self.entries)
+        run, cache = self.run, self.cache
         old = None
-        if cache is not None:
-            old = cache.unchanged_storage(us, seen) if cache.tensor_check == "version" else None
+        if cache is not None and cache.tensor_check == "version":
+            old = cache.unchanged_storage(us, seen)
             if old is not None and not run.has(old["blob"]):
                 old = None
         if old is not None:
             e = dict(old, key=f"t{gi}")
-            entries.append(e)
             run.blobs[e["blob"]] = {"size": old["pack_size"], "kind": "tensors"}
             run.add_done(us.nbytes())
             run.known += us.nbytes()
@@ -387,12 +400,17 @@ def _write_tensors(run: _Run, gstore: list, cache: WriteCache | None):
                 "shape": [us.nbytes() // max(1, _itemsize(dtype))],
                 "nbytes": us.nbytes(),
             }
-            entries.append(e)
-            new.append((gi, us, dtype))
+            self.pending.append((gi, us, dtype))
+            self.pending_bytes += us.nbytes()
+        self.entries.append(e)
         if cache is not None:
-            memos[us._cdata] = (us, seen, e)
-    if new:
-        total = sum(us.nbytes() for _, us, _ in new)
+            self.memos[us._cdata] = (us, seen, e)
+        return gi
+
+    def flush(self, final: bool) -> None:
+        if not self.pending or (not final and self.pending_bytes < SHARD_MIN):
+            return
+        new, self.pending, total, self.pending_bytes = self.pending, [], self.pending_bytes, 0
         nshards = 2 if total >= SHARD_MIN and len(new) > 1 else 1
         shards: list[list] = [[] for _ in range(nshards)]
         loads = [0] * nshards
@@ -401,19 +419,14 @@ def _write_tensors(run: _Run, gstore: list, cache: WriteCache | None):
             shards[i].append(item)
             loads[i] += item[1].nbytes()
         for shard in shards:
-            head, _ = _tensors.pack_layout([(f"t{gi}", us, dt) for gi, us, dt in shard])
+            layout = [(f"t{gi}", us, dt) for gi, us, dt in shard]
+            head, _ = _tensors.pack_layout(layout)
             size = len(head) + sum(us.nbytes() for _, us, _ in shard)
-            f = run.put(
-                list(_tensors.pack_chunks([(f"t{gi}", us, dt) for gi, us, dt in shard])),
-                "tensors",
-                size,
-                cached=False,
-            )
+            # a generator: device storages are copied to host one at a time, in the writer thread
+            f = self.run.put(_tensors.pack_chunks(layout), "tensors", size, cached=False)
             for gi, _, _ in shard:
-                entries[gi]["blob"] = f
-                entries[gi]["pack_size"] = size
-    # memo entries need the final digests: resolved once the writes are done
-    return entries, _Memos(memos, cache)
+                self.entries[gi]["blob"] = f
+                self.entries[gi]["pack_size"] = size
 
 
 class _Memos(dict):

@@ -169,5 +169,5 @@ def resolve_backend_class(name: str) -> type[Backend]:
                            | set(BUILTIN_BACKENDS))
             raise ValueError(f"unknown backend {name!r}; known: {', '.join(known)}")
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
-        raise ValueError(f"backend {name!r} is not a jupyter_pause.cluster.base.Backend")
+        raise TypeError(f"backend {name!r} is not a jupyter_pause.cluster.base.Backend")
     return cls

@@ -18,6 +18,7 @@ from what this backend recorded on the trigger at pause time.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -30,7 +31,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from traitlets import Any as AnyTrait
-from traitlets import Enum, Float, Int, Unicode
+from traitlets import Bool, Enum, Float, Int, Unicode
 
 from .base import BackendError, PauseContext, ResumeContext
 from .cleanup import collect_garbage
@@ -178,6 +179,11 @@ class GKEBackend(LocalBackend):
         config=True)
     gpu_model = Unicode(None, allow_none=True, help="GPU model of this pod; default: nvidia-smi, "
                         "then the pod's accelerator node selector.").tag(config=True)
+    single_use_snapshots = Bool(True, help="Delete the workspace's pod snapshots once a resume "
+                                "is verified, as GKE Workspaces does: a policy that selects the "
+                                "pod would otherwise restore the newest snapshot into any later "
+                                "pod of the workspace (a crash restart too), bringing stale "
+                                "memory back. The application checkpoints stay.").tag(config=True)
     api_client = AnyTrait(None, allow_none=True,
                           help="A kubernetes.client.ApiClient to use (tests, embedding).")
 
@@ -187,12 +193,14 @@ class GKEBackend(LocalBackend):
         self._described: tuple[float, dict] | None = None
         self._pause: dict[str, Any] = {}
         self.restore_reason: str | None = None  # why restored_live() said what it said
+        self._gpu_found: str | None = None
+        self._cleanup: asyncio.Task | None = None
 
     # -- plumbing --
     @property
     def kube(self) -> Kube:
         if self._kube is None:
-            self._kube = Kube(self.api_client or load_api_client(self.kubeconfig))
+            self._kube = Kube(self.api_client or (lambda: load_api_client(self.kubeconfig)))
         return self._kube
 
     def identity(self) -> tuple[str | None, str | None]:
@@ -217,8 +225,14 @@ class GKEBackend(LocalBackend):
             raise BackendError(str(e), reason="rbac" if e.status == 403 else "kubernetes",
                                hint=hint) from None
 
-    def _gpu(self, pod: dict | None) -> str | None:
-        return self.gpu_model or detect_gpu_model(pod)
+    async def _gpu(self, pod: dict | None) -> str | None:
+        """The GPU model of this process, found once (nvidia-smi runs in a thread). A process
+        only ever sees one GPU model: a live restore needs the same one."""
+        if self.gpu_model:
+            return self.gpu_model
+        if self._gpu_found is None:
+            self._gpu_found = (await asyncio.to_thread(detect_gpu_model, pod)) or ""
+        return self._gpu_found or None
 
     # -- Backend --
     async def describe(self) -> dict[str, Any]:
@@ -233,7 +247,7 @@ class GKEBackend(LocalBackend):
                 why = f"GKE Pod Snapshots incomplete: {', '.join(sorted(missing))} not served"
         except KubeError as e:
             why = ("GKE Pod Snapshots are not installed in this cluster (podsnapshot.gke.io/v1 "
-                   "is not served)" if e.status in (403, 404) else f"cannot reach the cluster: {e}")
+                   "is not served)" if e.status in (403, 404) else _unreachable(e))
         except Exception as e:  # noqa: BLE001 (no kubeconfig, not in a cluster)
             why = f"no Kubernetes access: {e}".splitlines()[0]
         if why is None and not all(self.identity()):
@@ -277,7 +291,7 @@ class GKEBackend(LocalBackend):
         self._pause["snapshot"] = snap
         # The lifecycle journals snapshot_ready from this result.
         return {"snapshot": snap, "trigger": tname, "policy": policy, "backend": self.name,
-                "stop_via": stop, "gpu_model": self._gpu(pod)}
+                "stop_via": stop, "gpu_model": await self._gpu(pod)}
 
     async def release(self, ctx: PauseContext) -> dict[str, Any]:
         if self._pause.get("woke_up") or await self._restored_here():
@@ -307,6 +321,21 @@ class GKEBackend(LocalBackend):
         self._pause = {}
         return await super().resume(ctx)
 
+    async def attach(self, ctx: ResumeContext) -> None:
+        await super().attach(ctx)
+        if self.single_use_snapshots:
+            # In the background: a snapshot's finalizer can take minutes, "ready" must not wait.
+            self._cleanup = asyncio.create_task(self._drop_used_snapshots())
+
+    async def _drop_used_snapshots(self) -> dict[str, Any]:
+        try:
+            res = await self.gc(keep=0, older_than=None, dry_run=False, protect_pinned=False)
+            self.log.info("jupyter-pause: used pod snapshots deleted: %s", res.get("deleted"))
+            return res
+        except (BackendError, KubeError) as e:
+            self.log.warning("jupyter-pause: could not delete used pod snapshots: %s", e)
+            return {"error": str(e)}
+
     async def restored_live(self, ctx: ResumeContext | None = None) -> bool | None:
         verdict = await self.restore_verdict()
         self.restore_reason = verdict["reason"]
@@ -327,18 +356,22 @@ class GKEBackend(LocalBackend):
             trigger = await self._snapshot_trigger(pod, ns, key[1] if key else None)
         except KubeError as e:
             return {"live": None, "reason": str(e), "snapshot": None}
-        live, why = restore_reason(pod, trigger, self._gpu(pod))
+        live, why = restore_reason(pod, trigger, await self._gpu(pod))
         snap = ((trigger or {}).get("status") or {}).get("snapshotCreated", {}).get("name")
         return {"live": live, "reason": why, "snapshot": snap}
 
     async def gc(self, *, keep: int | None = None, older_than: float | None = None,
-                 dry_run: bool = False) -> dict[str, Any]:
+                 dry_run: bool = False, protect_pinned: bool = True) -> dict[str, Any]:
+        """Delete this workspace's old pod snapshots (then their triggers); the policy stays.
+
+        `keep` Ready snapshots (default keep_snapshots) and those younger than `older_than`
+        seconds are kept, and so is the one this pod was restored from (`protect_pinned`)."""
         pod = await self.own_pod()
         key = workspace_key(pod)
         if key is None:
             return {"deleted": [], "remaining": [], "stuck": []}
-        # Never delete the snapshot this pod was restored from while it runs.
         pinned = (pod["metadata"].get("annotations") or {}).get(PS_NAME_ANNOTATION)
+        pinned = pinned if protect_pinned else None
         return await collect_garbage(
             self.kube, pod["metadata"]["namespace"], key[1],
             keep=self.keep_snapshots if keep is None else keep, older_than=older_than,
@@ -391,6 +424,7 @@ class GKEBackend(LocalBackend):
 
     async def _create_trigger(self, ctx: PauseContext, ns: str, pod: dict, workspace: str) -> dict:
         pname = pod["metadata"]["name"]
+        gpu = await self._gpu(pod)
         # A trigger for this pod that is still running (a double click, a retried flight, the
         # GKE Workspaces add-on): join it rather than snapshot the pod twice.
         running = await self._k(self.kube.list(
@@ -408,7 +442,7 @@ class GKEBackend(LocalBackend):
                     "labels": {WORKSPACE_SELECTOR_LABEL: workspace},
                     "annotations": {
                         SPEC_HASH_ANNOTATION: distilled_spec_hash(pod),
-                        **({GPU_MODEL_ANNOTATION: g} if (g := self._gpu(pod)) else {}),
+                        **({GPU_MODEL_ANNOTATION: gpu} if gpu else {}),
                         **({FLIGHT_ANNOTATION: ctx.flight_id} if getattr(ctx, "flight_id", None)
                            else {}),
                     },
@@ -575,3 +609,7 @@ class GKEBackend(LocalBackend):
 async def _raise(e: Exception) -> Any:
     raise e
 
+
+def _unreachable(e: Exception) -> str:
+    text = str(e)
+    return text if text.startswith("no Kubernetes access") else f"cannot reach the cluster: {text}"

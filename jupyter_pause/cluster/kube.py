@@ -132,14 +132,31 @@ def is_true(obj: dict | None, ctype: str) -> bool:
 class Kube:
     """Async facade over the client: get/list/create/patch/delete/watch on `Res` resources."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient | Callable[[], client.ApiClient]) -> None:
+        """`api_client`, or a factory for one: loading a kubeconfig can run an auth plugin, so a
+        factory is called in a worker thread on first use, never on the event loop."""
+        self._factory = None if isinstance(api_client, client.ApiClient) else api_client
+        if self._factory is None:
+            self._bind(api_client)  # type: ignore[arg-type]
+        # Every request has a deadline, so a hung connection never pins a worker thread forever.
+        self.request_timeout: float = 30.0
+
+    def _bind(self, api_client: client.ApiClient) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.authz = client.AuthorizationV1Api(api_client)
-        # Every request has a deadline, so a hung connection never pins a worker thread forever.
-        self.request_timeout: float = 30.0
+
+    async def _ready(self) -> None:
+        if self._factory is not None:
+            factory, self._factory = self._factory, None
+            try:
+                self._bind(await asyncio.to_thread(factory))
+            except Exception as e:  # noqa: BLE001 (no kubeconfig, not in a cluster: one line)
+                self._factory = factory
+                msg = f"no Kubernetes access: {type(e).__name__}: {e}".splitlines()[0]
+                raise KubeError(msg) from None
 
     @staticmethod
     def _json(resp: Any) -> Any:
@@ -160,12 +177,14 @@ class Kube:
 
     # -- discovery --
     async def api_resources(self, group: str, version: str) -> list[dict]:
+        await self._ready()
         res = await self._call(f"discover {group}/{version}", self.custom.get_api_resources,
                                group, version)
         return res.get("resources") or []
 
     # -- CRUD --
     async def get(self, res: Res, name: str, namespace: str | None = None) -> dict:
+        await self._ready()
         what = f"get {res.resource} {name}"
         if res == PODS:
             return await self._call(what, self.core.read_namespaced_pod, name, namespace)
@@ -187,11 +206,13 @@ class Kube:
 
     async def list(self, res: Res, namespace: str | None = None, *, label_selector: str = "",
                    field_selector: str = "") -> dict:
+        await self._ready()
         fn, args = self._list_fn(res, namespace)
         return await self._call(f"list {res.resource}", fn, *args, label_selector=label_selector,
                                 field_selector=field_selector)
 
     async def create(self, res: Res, body: dict, namespace: str | None = None) -> dict:
+        await self._ready()
         what = f"create {res.resource} {body.get('metadata', {}).get('name', '')}".rstrip()
         if res == PODS:
             return await self._call(what, self.core.create_namespaced_pod, namespace, body)
@@ -204,6 +225,7 @@ class Kube:
     async def patch(self, res: Res, name: str, body: dict, namespace: str | None = None) -> dict:
         """A merge patch. With `metadata.resourceVersion` in the body it is also a precondition
         (409 Conflict when the object changed since): how the resume lease stays exclusive."""
+        await self._ready()
         what = f"patch {res.resource} {name}"
         if res == PODS:
             return await self._call(what, self.core.patch_namespaced_pod, name, namespace, body,
@@ -219,6 +241,7 @@ class Kube:
     async def delete(self, res: Res, name: str, namespace: str | None = None, *,
                      uid: str | None = None) -> dict | None:
         """Delete; None when it was already gone. With `uid`, only that very object (409 else)."""
+        await self._ready()
         what = f"delete {res.resource} {name}"
         kw: dict[str, Any] = {}
         if uid:
@@ -238,6 +261,7 @@ class Kube:
             raise
 
     async def access_review(self, verb: str, res: Res, namespace: str | None) -> tuple[bool, str]:
+        await self._ready()
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                 "spec": {"resourceAttributes": {"verb": verb, "group": res.group,
                                                 "resource": res.plural,
@@ -268,6 +292,7 @@ class Kube:
         resume from the last resourceVersion; a 410 Gone (history compacted) re-lists first.
         Raises TimeoutError after `timeout` seconds.
         """
+        await self._ready()
         deadline = time.monotonic() + timeout
         fsel = f"metadata.name={name}"
         fn, args = self._list_fn(res, namespace)

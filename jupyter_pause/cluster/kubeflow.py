@@ -17,7 +17,7 @@ from typing import Any
 from traitlets import Float
 
 from .base import BackendError, PauseContext, ResumeContext
-from .gke import GKEBackend, restore_reason
+from .gke import GKEBackend, _unreachable, restore_reason
 from .kube import (
     GKW_LAST_CHECKPOINT_ANNOTATION,
     GKW_STATE_ANNOTATION,
@@ -51,7 +51,7 @@ class KubeflowBackend(GKEBackend):
                 why = "Kubeflow Workspaces (kubeflow.org/v1beta1 Workspace) are not installed"
         except KubeError as e:
             why = ("Kubeflow Workspaces are not installed (kubeflow.org/v1beta1 is not served)"
-                   if e.status in (403, 404) else f"cannot reach the cluster: {e}")
+                   if e.status in (403, 404) else _unreachable(e))
         except Exception as e:  # noqa: BLE001 (no kubeconfig, not in a cluster)
             why = f"no Kubernetes access: {e}".splitlines()[0]
         if why is None:
@@ -140,7 +140,7 @@ class KubeflowBackend(GKEBackend):
             return {"live": False, "snapshot": None,
                     "reason": "workspace restarted without a pod snapshot (plain Kubeflow)"}
         trigger = await self._snapshot_trigger(pod, pod["metadata"]["namespace"], None)
-        live, why = restore_reason(pod, trigger, self._gpu(pod))
+        live, why = restore_reason(pod, trigger, await self._gpu(pod))
         return {"live": live, "reason": why,
                 "snapshot": ann.get(GKW_LAST_CHECKPOINT_ANNOTATION),
                 "checkpoint_state": ann.get(GKW_STATE_ANNOTATION)}

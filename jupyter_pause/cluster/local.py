@@ -115,5 +115,5 @@ async def _session_exists(sm: Any, session_id: str) -> bool:
     try:
         await sm.get_session(session_id=session_id)
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001 - 404 or gone: absent either way
         return False

@@ -94,6 +94,12 @@ class PauseApp(ExtensionApp):
     # ------------------------------------------------------------------ jupyter_server hooks
 
     def initialize_settings(self) -> None:
+        # Kernels inherit the server's environment: this makes the magics (%checkpoint,
+        # %restore, %resume) use the store and key the server uses.
+        for var, value in (("JUPYTER_PAUSE_STORE_URL", self.store_url),
+                           ("JUPYTER_PAUSE_KEY_PATH", self.key_path)):
+            if value:
+                os.environ[var] = value
         self.backend_instance = resolve_backend_class(self.backend)(parent=self)
         register_schema(self.serverapp)
         self.lifecycle = Lifecycle(self)
@@ -125,7 +131,7 @@ class PauseApp(ExtensionApp):
             if hasattr(module, "stop"):
                 try:
                     await module.stop(self)
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 - another module must not stop the server
                     self.log.warning("jupyter_pause: %s.stop failed: %s", module.__name__, e)
         if self._activity is not None:
             self._activity.stop()
@@ -139,6 +145,6 @@ class PauseApp(ExtensionApp):
             if e.name and name.startswith(e.name):  # the optional module itself is absent
                 return None
             self.log.warning("jupyter_pause: cannot load %s: %s", name, e)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - an optional module must not stop the server
             self.log.warning("jupyter_pause: cannot load %s: %s", name, e)
         return None

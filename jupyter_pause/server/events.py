@@ -25,5 +25,5 @@ def emit_lifecycle(serverapp: Any, data: dict[str, Any]) -> None:
         return
     try:
         logger.emit(schema_id=SCHEMA_ID, data=data)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001
         log.debug("jupyter_pause: event not emitted: %s", e)

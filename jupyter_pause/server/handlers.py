@@ -114,7 +114,7 @@ class CheckpointsHandler(BaseHandler):
 
         try:
             items = await asyncio.to_thread(listing)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - one line back to the caller
             return self.reply({"message": f"cannot list checkpoints: {e}"}, 500)
         self.reply({"checkpoints": items})
 
@@ -132,7 +132,7 @@ class CheckpointHandler(BaseHandler):
 
         try:
             await asyncio.to_thread(delete)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - mapped to 404/500 below
             from ..checkpoint import NotFoundError
 
             if isinstance(e, (NotFoundError, FileNotFoundError, KeyError)):

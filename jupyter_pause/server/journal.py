@@ -65,11 +65,9 @@ class Journal:
 
     def entries(self, after_seq: int = 0) -> Iterator[dict[str, Any]]:
         """Journal entries in order; a torn last line (crash mid-write) is skipped."""
-        try:
-            f = open(self.journal_path, encoding="utf-8")
-        except FileNotFoundError:
+        if not self.journal_path.exists():
             return
-        with f:
+        with open(self.journal_path, encoding="utf-8") as f:
             for line in f:
                 try:
                     entry = json.loads(line)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -41,9 +42,33 @@ async def running_kernels(serverapp: Any) -> list[KernelRecord]:
             session_id=session.get("id") if session else None,
             session_name=session.get("name") if session else None,
             session_type=session.get("type") if session else None,
-            stream=path or f"kernel-{kid}",
+            stream=_stream(serverapp, session) if session else f"kernel-{kid}",
         ))
     return records
+
+
+def _stream(serverapp: Any, session: dict) -> str:
+    """The checkpoint lineage of a notebook: the kernel's JPY_SESSION_NAME, computed the way
+    jupyter_server computes it, so that server checkpoints and the kernel's %checkpoint,
+    %restore and %resume all use the same stream."""
+    try:
+        env = serverapp.session_manager.get_kernel_env(session.get("path"), session.get("name"))
+        return env["JPY_SESSION_NAME"]
+    except Exception:  # noqa: BLE001 - fall back to the API path
+        return session.get("path") or "default"
+
+
+def own_client(serverapp: Any, kernel_id: str) -> Any:
+    """A client of the kernel with a session (and so a ZMQ identity) of its own.
+
+    ``kernel_manager.client()`` gives every client the manager's session, whose id is the shell
+    socket's identity: with two such clients open, the kernel's replies go to whichever socket
+    connected last, and the other waits forever.
+    """
+    kernel = serverapp.kernel_manager.get_kernel(kernel_id)
+    session = kernel.session.clone()
+    session.session = uuid.uuid4().hex
+    return kernel.client(session=session)
 
 
 def execution_state(serverapp: Any, kernel_id: str) -> str:
@@ -54,11 +79,15 @@ def execution_state(serverapp: Any, kernel_id: str) -> str:
 
 
 async def wait_idle(serverapp: Any, kernel_id: str, timeout: float) -> bool:
-    """True once the kernel reports idle; False if it is still busy (or starting) after timeout."""
+    """True once the kernel is not busy; False if it is still busy after timeout.
+
+    "starting" does not count as busy: jupyter_server keeps that state until a client talks to
+    the kernel, and a bridge call just queues behind the kernel's start-up anyway.
+    """
     deadline = time.monotonic() + max(0.0, timeout)
     while True:
         state = execution_state(serverapp, kernel_id)
-        if state not in ("busy", "starting"):
+        if state != "busy":
             return state != "dead"
         if time.monotonic() >= deadline:
             return False
@@ -84,7 +113,7 @@ async def call(
     km = serverapp.kernel_manager
     if kernel_id not in km:
         raise BridgeError(f"kernel {kernel_id[:8]} is not running")
-    client = km.get_kernel(kernel_id).client()
+    client = own_client(serverapp, kernel_id)
     client.start_channels()
     try:
         res = await call_bridge(client, func, progress=progress, timeout=timeout, **kwargs)
@@ -102,7 +131,7 @@ async def wait_first_execute(serverapp: Any, kernel_id: str, timeout: float) -> 
     km = serverapp.kernel_manager
     if kernel_id not in km:
         return False
-    client = km.get_kernel(kernel_id).client()
+    client = own_client(serverapp, kernel_id)
     client.start_channels(shell=False, iopub=True, stdin=False, hb=False, control=False)
     deadline = time.monotonic() + timeout
     try:
@@ -111,7 +140,7 @@ async def wait_first_execute(serverapp: Any, kernel_id: str, timeout: float) -> 
                 return False
             try:
                 msg = await client.get_iopub_msg(timeout=1.0)
-            except Exception:  # queue.Empty on timeout
+            except Exception:  # noqa: BLE001, S112 - queue.Empty on timeout
                 continue
             if msg.get("msg_type") == "execute_input":
                 return True

@@ -295,7 +295,7 @@ class Lifecycle:
                 kernels.append({"id": rec.kernel_id, "name": rec.kernel_name, "path": rec.path,
                                 "execution_state": kbridge.execution_state(self.serverapp,
                                                                            rec.kernel_id)})
-        except Exception as e:  # never fail status because a session row vanished
+        except Exception as e:  # noqa: BLE001
             self.log.debug("jupyter_pause: listing kernels failed: %s", e)
         return {
             "state": st["state"], "outcome": st.get("outcome"), "step": self.step,
@@ -317,7 +317,7 @@ class Lifecycle:
                 desc = await asyncio.wait_for(self.backend.describe(), 30)
                 self._backend_desc = {"name": self.app.backend_name, "configured": True,
                                       "can_pause": True, "why_not": None, **desc}
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - shown as why_not
                 self._backend_desc = {"name": self.app.backend_name, "configured": False,
                                       "can_pause": False, "why_not": f"backend check failed: {e}"}
             self._backend_desc_at = time.monotonic()
@@ -416,7 +416,7 @@ class Lifecycle:
             metrics.PAUSE_DURATION.labels(self.app.backend_name).observe(time.monotonic() - t0)
         except asyncio.CancelledError:
             raise
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - every failure is journaled
             await self._fail(flight, step, e, state_after="paused" if step == "releasing"
                              else "failed")
         finally:
@@ -428,7 +428,7 @@ class Lifecycle:
         """Never checkpoint mid-cell: wait for idle, interrupt if asked, else refuse."""
         timeout = self.app.busy_timeout
         for rec in records:
-            if kbridge.execution_state(self.serverapp, rec.kernel_id) not in ("busy", "starting"):
+            if kbridge.execution_state(self.serverapp, rec.kernel_id) != "busy":
                 continue
             self._set_step("checkpointing", f"Waiting for {rec.label} to finish its cell")
             if await kbridge.wait_idle(self.serverapp, rec.kernel_id, timeout):
@@ -563,7 +563,7 @@ class Lifecycle:
                 time.monotonic() - t0)
         except asyncio.CancelledError:
             raise
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - every failure is journaled
             marks["total_s"] = time.monotonic() - t0
             report = self._report(flight, "failed", requested, None, records, ctx, outcomes,
                                   marks, "failed")
@@ -650,7 +650,7 @@ class Lifecycle:
                     key_path=self.app.key_path or None, stream=rec.stream,
                     checkpoint_id=rec.checkpoint_id, device=self.app.restore_device, only=None,
                 )
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - reported per kernel
                 out.update(outcome="failed", reason=str(e))
                 return
             if not res.get("ok"):
@@ -706,7 +706,7 @@ class Lifecycle:
                                        kernel_id=kernel_id)
             except asyncio.CancelledError:
                 pass
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001
                 self.log.debug("jupyter_pause: first-cell watch ended: %s", e)
 
         self._watchers.append(asyncio.ensure_future(watch()))

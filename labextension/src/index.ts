@@ -23,8 +23,6 @@ import { hasNewReport, isFlightActive, IStatus, ITrans, reportHeadline } from '.
 import { showReportDialog } from './report';
 import { PauseStatusItem } from './statusbar';
 
-export { PauseController, LIFECYCLE_SCHEMA } from './controller';
-
 const PLUGIN_ID = 'jupyter-pause:plugin';
 
 namespace CommandIDs {
@@ -168,18 +166,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
           return;
         }
         const name = panel.context.path;
-        const work = runMagic(kernel, 'checkpoint');
+        const work = runMagic(kernel, 'checkpoint').then(result => {
+          if (!result.ok) {
+            throw new Error(result.summary || trans.__('no reason given'));
+          }
+          return result;
+        });
         Notification.promise(work, {
           pending: { message: trans.__('Writing a checkpoint of %1…', name), options: {} },
           success: {
-            message: (result: any) =>
-              result.ok
-                ? trans.__('Checkpoint of %1 written. %2', name, result.summary)
-                : trans.__('Checkpoint of %1 failed: %2', name, result.summary),
+            message: (result: any) => trans.__('Checkpoint of %1 written: %2.', name, result.counts),
             options: { autoClose: 8000 }
           },
           error: {
-            message: (error: any) => trans.__('Checkpoint of %1 failed: %2', name, String(error))
+            message: (error: any) =>
+              trans.__('Checkpoint of %1 failed: %2', name, error?.message ?? String(error)),
+            options: { autoClose: false }
           }
         });
         const result = await work.catch(() => null);
@@ -218,7 +220,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const result = await runMagic(kernel, 'restore').catch(error => ({
           ok: false,
           output: String(error),
-          summary: String(error)
+          summary: String(error),
+          counts: String(error)
         }));
         const actions = [
           {
@@ -232,7 +235,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           }
         ];
         if (result.ok) {
-          Notification.success(trans.__('Restored %1. %2', name, result.summary), {
+          Notification.success(trans.__('Restored %1: %2.', name, result.counts), {
             actions,
             autoClose: 8000
           });
@@ -400,9 +403,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       notifiedFailure = key;
       const what =
         current.flight?.kind === 'resume' ? trans.__('Resume failed') : trans.__('Pause failed');
+      // The hint (what to do) is in the status tooltip and behind "Details": toasts are short.
       const reason = (current.reason || trans.__('no reason given')).replace(/\.$/, '');
-      const hint = current.hint ? ` ${current.hint}` : '';
-      Notification.error(`${what}: ${reason}.${hint}`, {
+      Notification.error(`${what}: ${reason}.`, {
         actions: [{ label: trans.__('Details'), callback: () => void showReport() }],
         autoClose: false
       });

@@ -7,6 +7,8 @@ export type IMagicResult = {
   output: string;
   /** One line for a notification: the error, or the last line printed. */
   summary: string;
+  /** The counts at the end of the summary ("3 saved, 1 skipped"), or the whole summary. */
+  counts: string;
 };
 
 /**
@@ -29,6 +31,7 @@ export async function runMagic(
     stop_on_error: false
   });
   const chunks: string[] = [];
+  let lastDisplay = '';
   let error: string | null = null;
   future.onIOPub = (msg: KernelMessage.IIOPubMessage) => {
     const content = msg.content as any;
@@ -39,7 +42,8 @@ export async function runMagic(
       case 'execute_result':
       case 'display_data':
         if (content.data?.['text/plain']) {
-          chunks.push(String(content.data['text/plain']) + '\n');
+          lastDisplay = String(content.data['text/plain']);
+          chunks.push(lastDisplay + '\n');
         }
         break;
       case 'error':
@@ -56,7 +60,10 @@ export async function runMagic(
     .join('\n')
     .trim();
   const ok = reply.content.status === 'ok' && error === null;
-  const lines = output.split('\n').filter(l => l.trim());
-  const summary = error ?? (lines.length ? lines[lines.length - 1] : '');
-  return { ok, output, summary };
+  // The magics end with a report whose first line is the summary ("Checkpoint … : 3 saved").
+  const lines = (lastDisplay || output).split('\n').filter(l => l.trim());
+  const summary = error ?? (lastDisplay ? lines[0] : lines[lines.length - 1] ?? '');
+  const cut = summary.lastIndexOf(': ');
+  const counts = ok && cut >= 0 ? summary.slice(cut + 2) : summary;
+  return { ok, output, summary, counts };
 }

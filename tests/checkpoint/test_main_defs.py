@@ -71,3 +71,25 @@ def test_main_definitions_round_trip_in_fresh_process(tmp_path):
     assert out["Point_is_class"] and out["same_class"] and out["pts_alias"]
     assert out["data"] == "999"
     assert all(s == "restored" for s in out["statuses"].values()), out["statuses"]
+
+
+NO_TORCH = """
+import sys
+sys.modules["torch"] = None  # any `import torch` now fails, as on a machine without it
+import numpy as np
+from jupyter_pause.checkpoint import load_or_create_key, open_store, read, write
+
+store, key = open_store(sys.argv[1]), load_or_create_key(sys.argv[2])
+f = lambda x: x + 1
+ns = {"arr": np.arange(400_000), "f": f, "d": {"a": 1}}
+res = write(ns, store, key=key)
+assert all(v.status == "saved" for v in res.variables), res.variables
+v = read(store, key=key).values
+assert v["f"](1) == 2 and v["arr"].sum() == ns["arr"].sum() and v["d"] == {"a": 1}
+print("OK", sys.modules.get("torch"))
+"""
+
+
+def test_engine_works_without_torch(tmp_path):
+    r = run_py(NO_TORCH, str(tmp_path / "store"), str(tmp_path / "k.key"))
+    assert r.stdout.strip() == "OK None"

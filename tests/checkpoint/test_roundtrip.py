@@ -128,7 +128,7 @@ def test_numpy_pandas_sklearn(store, key):
         {
             "i": np.arange(100_000, dtype=np.int64),
             "f": rng.normal(size=100_000),
-            "c": pd.Categorical(["a", "b", "c"] * 33_334),
+            "c": pd.Categorical(["a", "b", "c", "d"] * 25_000),
             "t": pd.date_range("2026-01-01", periods=100_000, freq="s"),
         }
     )
@@ -197,13 +197,32 @@ def test_torch_model_optimizer_views_shared_tied(store, key):
 
 def test_aliasing_across_variables(store, key):
     shared = [1, 2, 3]
-    ns = {"a": shared, "b": {"x": shared}, "c": (shared, 1), "lone": [1, 2, 3], "same": shared}
+    arr = np.arange(10)
+    rows = [{"id": i} for i in range(100)]  # untracked leaf dicts, shared by a slice
+    buf = bytearray(b"abc")
+    ns = {
+        "a": shared,
+        "b": {"x": shared},
+        "c": (shared, 1),
+        "lone": [1, 2, 3],
+        "same": shared,
+        "arr": arr,
+        "data": {"X": arr},
+        "rows": rows,
+        "train": rows[:10],
+        "first": rows[3],
+        "buf": buf,
+        "holder": {"b": buf},
+    }
     res = write(ns, store, key=key)
     groups = {v["name"]: v["group"] for v in res.manifest.variables}
     assert groups["a"] == groups["b"] == groups["c"] == groups["same"] != groups["lone"]
     v = read(store, key=key).values
     assert v["b"]["x"] is v["a"] and v["c"][0] is v["a"] and v["same"] is v["a"]
     assert v["lone"] is not v["a"]
+    assert v["data"]["X"] is v["arr"]
+    assert v["train"][3] is v["rows"][3] is v["first"]
+    assert v["holder"]["b"] is v["buf"]
 
 
 def test_one_bad_variable_in_a_linked_group_spares_the_others(store, key):
@@ -241,7 +260,7 @@ def test_provenance_include_exclude_max_size_progress(store, key):
         liveness={"token": "tok", "pid": 1},
     )
     st = statuses(res.variables)
-    assert st == {"a": "saved", "b": "skipped", "_private": "saved", "gen": "skipped"}
+    assert st == {"a": "saved", "b": "skipped", "gen": "skipped"}  # "_" names are hidden
     rep = {v.name: v for v in res.variables}
     assert "size limit" in rep["b"].reason
     assert rep["gen"].cell == {"execution_count": 7, "source": "gen = (i for i in range(1))"}
@@ -254,8 +273,8 @@ def test_provenance_include_exclude_max_size_progress(store, key):
     rst = {v.name: v for v in rr.variables}
     assert rst["gen"].status == "skipped" and rst["gen"].cell["execution_count"] == 7
     assert rst["nope"].status == "failed"
-    res2 = write(ns, store, key=key, include=["c", "a"])
-    assert [v.name for v in res2.variables] == ["c", "a"]
+    res2 = write(ns, store, key=key, include=["c", "a", "_private"])
+    assert [v.name for v in res2.variables] == ["c", "a", "_private"]
 
 
 def test_list_delete_and_ids(store, key):
@@ -293,3 +312,26 @@ def test_key_file_is_private_and_stable(tmp_path):
     k1 = load_or_create_key(str(p))
     assert stat.S_IMODE(os.stat(p).st_mode) == 0o600
     assert load_or_create_key(str(p)) == k1 and len(k1) == 32
+
+
+def test_numpy_views_keep_sharing_memory(store, key):
+    base = np.arange(1000.0)
+    big = np.zeros((512, 300))  # > 1 MiB: its buffer goes out of band
+    ns = {
+        "base": base,
+        "view": base[10:20],
+        "col": base.reshape(10, 100)[:, 3],
+        "big": big,
+        "bigrow": big[7],
+        "alone": np.arange(50.0)[5:10],  # its root is not in the namespace: saved as a copy
+    }
+    res = write(ns, store, key=key)
+    groups = {v["name"]: v["group"] for v in res.manifest.variables}
+    assert groups["base"] == groups["view"] == groups["col"]
+    v = read(store, key=key).values
+    v["base"][15] = -1.0
+    v["base"][203] = -2.0
+    assert v["view"][5] == -1.0 and v["col"][2] == -2.0
+    v["big"][7, 0] = 5.0
+    assert v["bigrow"][0] == 5.0
+    np.testing.assert_array_equal(v["alone"], np.arange(5.0, 10.0))

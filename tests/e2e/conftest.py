@@ -20,8 +20,8 @@ def lab_factory(tmp_path_factory, request) -> Iterator[Callable[..., LabServer]]
     """Start `jupyter lab` servers (extra CLI args allowed); all are stopped at teardown."""
     started: list[LabServer] = []
 
-    def start(*extra: str) -> LabServer:
-        server = start_lab(tmp_path_factory.mktemp("lab"), list(extra))
+    def start(*extra: str, settings: dict[str, dict] | None = None) -> LabServer:
+        server = start_lab(tmp_path_factory.mktemp("lab"), list(extra), settings)
         started.append(server)
         return server
 

@@ -130,15 +130,26 @@ class LabServer:
                 self.proc.wait(10)
 
 
-def start_lab(base: Path, extra: list[str]) -> LabServer:
+def start_lab(
+    base: Path, extra: list[str], settings_overrides: dict[str, dict] | None = None
+) -> LabServer:
+    """Start `jupyter lab`; `settings_overrides` maps "@scope/pkg-extension/plugin" to settings."""
     root, home = base / "root", base / "home"
     settings, workspaces = home / "settings", home / "workspaces"
     for d in (root, settings, workspaces):
         d.mkdir(parents=True, exist_ok=True)
     # No "get notified about Jupyter news?" toast over the screenshots.
-    notif = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
-    notif.parent.mkdir(parents=True, exist_ok=True)
-    notif.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    overrides = {
+        "@jupyterlab/apputils-extension/notification": {
+            "fetchNews": "false",
+            "checkForUpdates": False,
+        },
+        **(settings_overrides or {}),
+    }
+    for plugin, values in overrides.items():
+        path = settings / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
     port = _free_port()
     env = dict(os.environ)
     env.update(
@@ -168,6 +179,8 @@ def start_lab(base: Path, extra: list[str]) -> LabServer:
     ]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
+    if os.environ.get("E2E_SERVER_DEBUG"):  # every request and kernel message in the log
+        cmd.append("--ServerApp.log_level=DEBUG")
     log_path = base / "jupyter-lab.log"
     log = log_path.open("w")
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)

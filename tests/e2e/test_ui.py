@@ -74,8 +74,9 @@ def status_item(page):
 
 
 def test_pause_resume_restores_variables(lab: LabServer, page) -> None:
-    """Define variables, Pause, see it reach paused, Resume, report says restored, use them."""
-    lab.write_notebook("analysis.ipynb", "", "")
+    """Define variables, Pause, see it reach paused, Resume, report says restored, use them.
+    A generator cannot be checkpointed: the report offers to recompute it, and that works."""
+    lab.write_notebook("analysis.ipynb", "", "", "", "")
     panel = open_notebook(page, lab, "analysis.ipynb")
     status = status_item(page)
     expect()(status).to_have_attribute("data-state", "running", timeout=30_000)
@@ -88,6 +89,8 @@ def test_pause_resume_restores_variables(lab: LabServer, page) -> None:
         "import numpy as np\nx = 41\nnames = ['a', 'b']\narr = np.arange(5)\nprint('defined', x)",
     )
     expect()(cell_output(panel, 0)).to_contain_text("defined 41", timeout=60_000)
+    run_cell(page, panel, 1, "gen = (i * 10 for i in range(3))\nprint('gen ready')")
+    expect()(cell_output(panel, 1)).to_contain_text("gen ready", timeout=60_000)
     expect()(page.locator("#jp-main-statusbar")).to_contain_text("Idle")
 
     button = pause_button(panel)
@@ -120,6 +123,7 @@ def test_pause_resume_restores_variables(lab: LabServer, page) -> None:
 
     # The notification offers the report; the report says what came back and how.
     toast = page.locator(".Toastify__toast", has_text="restored from checkpoint")
+    expect()(toast).to_contain_text("1 variable did not come back", timeout=30_000)
     expect()(toast).to_be_visible(timeout=30_000)
     page.wait_for_timeout(800)  # let the toast finish sliding in before the screenshot
     shot(page, "03-resumed-notification")
@@ -131,14 +135,23 @@ def test_pause_resume_restores_variables(lab: LabServer, page) -> None:
     for name in ("x", "names", "arr"):
         expect()(restored).to_contain_text(name)
     expect()(dialog).to_contain_text("Resume request → kernel usable")
+    recomputable = dialog.locator(".jp-PauseReport-group[data-group='recomputable']")
+    expect()(recomputable).to_contain_text("gen")
     shot(page, "04-report")
+    recomputable.get_by_role("button", name=re.compile("Re-run the cells that made gen")).click()
+    expect()(recomputable.locator(".jp-PauseReport-result")).to_contain_text(
+        "Recomputed: gen", timeout=60_000
+    )
+    shot(page, "04b-recomputed")
     page.locator(".jp-Dialog").get_by_role("button", name="Close").click()
     expect()(page.locator(".jp-Dialog")).to_have_count(0)
 
     # The restored kernel has the variables.
     expect()(button).to_have_text("Pause")
-    run_cell(page, panel, 1, "print(x + 1, names, int(arr.sum()))")
-    expect()(cell_output(panel, 1)).to_contain_text("42 ['a', 'b'] 10", timeout=60_000)
+    run_cell(page, panel, 2, "print(x + 1, names, int(arr.sum()))")
+    expect()(cell_output(panel, 2)).to_contain_text("42 ['a', 'b'] 10", timeout=60_000)
+    run_cell(page, panel, 3, "print('next', next(gen))")
+    expect()(cell_output(panel, 3)).to_contain_text("next 0", timeout=60_000)
     shot(page, "05-after-resume")
 
 
@@ -167,7 +180,11 @@ def test_failed_pause_shows_reason(lab_factory, page) -> None:
     """A pause the server refuses (a kernel busy past busy_timeout): the UI says why, and the
     kernel keeps its state. The button is disabled while a cell runs, so the pause comes from
     outside the page, as `jupyter pause`, `%pause` elsewhere or the idle policy would send it."""
-    lab = lab_factory("--PauseApp.busy_timeout=1")
+    # Dark theme here, so the screenshots show both themes use the theme's colours.
+    lab = lab_factory(
+        "--PauseApp.busy_timeout=1",
+        settings={"@jupyterlab/apputils-extension/themes": {"theme": "JupyterLab Dark"}},
+    )
     lab.write_notebook("fails.ipynb", "", "", "")
     panel = open_notebook(page, lab, "fails.ipynb")
     run_cell(page, panel, 0, "y = 7\nprint('y set')")
@@ -211,3 +228,51 @@ def test_failed_pause_shows_reason(lab_factory, page) -> None:
     run_cell(page, panel, 2, "print(y * 6)")
     expect()(cell_output(panel, 2)).to_contain_text("42", timeout=60_000)
     expect()(button).to_have_text("Pause")
+
+
+def test_commands_menu_checkpoint_and_restore(lab: LabServer, page) -> None:
+    """Kernel menu > Pause and Resume; Checkpoint Now and Restore from Checkpoint run the
+    magics in the current kernel and report in a notification."""
+    lab.write_notebook("cmds.ipynb", "", "", "")
+    panel = open_notebook(page, lab, "cmds.ipynb")
+    run_cell(page, panel, 0, "z = 1\nprint('z is', z)")
+    expect()(cell_output(panel, 0)).to_contain_text("z is 1", timeout=60_000)
+    expect()(page.locator("#jp-main-statusbar")).to_contain_text("Idle")
+
+    page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").click()
+    page.locator(".lm-Menu-itemLabel", has_text="Pause and Resume").hover()
+    submenu = page.locator(".lm-Menu").last
+    for label in (
+        "Pause Workspace",
+        "Resume Workspace",
+        "Checkpoint Now",
+        "Restore from Checkpoint",
+        "Show Pause/Resume Report",
+    ):
+        expect()(submenu).to_contain_text(label)
+    # While running: Pause is on offer, Resume is not.
+    resume_item = submenu.locator(".lm-Menu-item", has_text="Resume Workspace")
+    expect()(resume_item).to_have_class(re.compile("lm-mod-disabled"))
+    shot(page, "09-kernel-menu")
+    submenu.locator(".lm-Menu-item", has_text="Checkpoint Now").click()
+    toast = page.locator(".Toastify__toast", has_text="Checkpoint of cmds.ipynb written")
+    expect()(toast).to_be_visible(timeout=60_000)
+    checkpoints = lab.api("GET", "jupyter-pause/api/checkpoints")["checkpoints"]
+    # The stream is the notebook's JPY_SESSION_NAME (its full path), as the server uses too.
+    assert any(c["stream"].endswith("cmds.ipynb") for c in checkpoints), checkpoints
+
+    run_cell(page, panel, 1, "z = 2\nprint('z is', z)")
+    expect()(cell_output(panel, 1)).to_contain_text("z is 2", timeout=60_000)
+    expect()(page.locator("#jp-main-statusbar")).to_contain_text("Idle")
+    page.keyboard.press("Escape")
+    page.keyboard.press("ControlOrMeta+Shift+c")
+    page.keyboard.insert_text("Restore from Checkpoint")
+    page.keyboard.press("Enter")
+    dialog = page.locator(".jp-Dialog")
+    expect()(dialog).to_contain_text("Variables with the same names are replaced")
+    shot(page, "10-restore-confirm")
+    dialog.get_by_role("button", name="Restore").click()
+    restored = page.locator(".Toastify__toast", has_text="Restored cmds.ipynb")
+    expect()(restored).to_be_visible(timeout=60_000)
+    run_cell(page, panel, 2, "print('z is', z)")
+    expect()(cell_output(panel, 2)).to_contain_text("z is 1", timeout=60_000)

@@ -97,6 +97,8 @@ class SimCluster:
         self.upload_s = 0.2
         self.restore_mode = "auto"
         self.stuck_deleting = False
+        self.restored_delay = 0.0  # PodRestored comes this long after the pod is Running
+        self._pending_restored: dict[str, tuple[float, dict]] = {}
         self.snapshots_created = 0
         self.restores: list[tuple[str, str]] = []  # (pod, snapshot) restored live
         self.log: list[str] = []
@@ -363,6 +365,14 @@ class SimCluster:
                 self.patch_pod_status(name, {"conditions": conds, "phase": "Pending"})
 
     def kubelet(self, pods: list[dict]) -> None:
+        for name, (due, c) in list(self._pending_restored.items()):
+            pod = next((p for p in pods if p["metadata"]["name"] == name), None)
+            if pod is None:
+                del self._pending_restored[name]
+            elif time.time() >= due:
+                del self._pending_restored[name]
+                self.patch_pod_status(name, {"conditions": set_cond(
+                    (pod.get("status") or {}).get("conditions") or [], c)})
         for p in pods:
             meta, spec, st = p["metadata"], p.get("spec") or {}, p.get("status") or {}
             name = meta["name"]
@@ -381,8 +391,13 @@ class SimCluster:
                 elif (sann.get(SIM + "gpu-model") == self.node_model(spec["nodeName"])
                       and sann.get(SIM + "spec-hash") == spec_hash(p)):
                     sname = snap["metadata"]["name"]
-                    conds = set_cond(conds, mkcond("PodRestored", "True", "Restored",
-                                                   f"Pod restored from snapshot {sname}"))
+                    restored = mkcond("PodRestored", "True", "Restored",
+                                      f"Pod restored from snapshot {sname}")
+                    if self.restored_delay > 0:  # memory still loading: the condition comes later
+                        self._pending_restored[name] = (time.time() + self.restored_delay,
+                                                        restored)
+                    else:
+                        conds = set_cond(conds, restored)
                     self.restores.append((name, sname))
                     self.patch_cr_status("podsnapshots", sname, {
                         **(snap.get("status") or {}), "lastAccessTime": now_iso()})

@@ -63,7 +63,7 @@ def test_selectors_and_discovery(admin, apiserver):
     for i, lab in enumerate(({"ws": "a"}, {"ws": "b"}, {"other": "x"})):
         c.create_namespaced_custom_object(G, V, NS, "podsnapshotmanualtriggers",
                                           trigger(f"t{i}", labels=lab))
-    names = lambda **kw: [o["metadata"]["name"] for o in c.list_namespaced_custom_object(  # noqa: E731
+    names = lambda **kw: [o["metadata"]["name"] for o in c.list_namespaced_custom_object(
         G, V, NS, "podsnapshotmanualtriggers", **kw)["items"]]
     assert names(label_selector="ws=a") == ["t0"]
     assert names(label_selector="ws in (a,b)") == ["t0", "t1"]

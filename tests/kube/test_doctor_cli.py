@@ -10,7 +10,7 @@ from jupyter_pause import cli
 from jupyter_pause.cluster.doctor import run_checks
 from jupyter_pause.cluster.kube import Kube
 
-from .conftest import NS, notebook_pod
+from .conftest import NS, notebook_pod, pause_ctx
 from .test_gke_backend import backend, start_pod
 from .test_resume import make_workspace, pause_workspace
 
@@ -93,3 +93,33 @@ def test_cli_resume_without_namespace_is_the_local_command(capsys):
     rc = cli.main(["resume", "--url", "http://127.0.0.1:9"])
     assert rc == cli.EXIT_NO_SERVER  # went to the local server path, not Kubernetes
     assert backend  # imported helpers stay used
+
+
+def test_cli_snapshots_cleans_in_order_and_respects_retention(tmp_path, apiserver, notebook_client,
+                                                              sim, recorder, capsys):
+    start_pod(sim, notebook_pod("nb"))
+    out = asyncio.run(backend(notebook_client, "nb").snapshot(pause_ctx(recorder)))
+    kc = kubeconfig(tmp_path, apiserver.url)
+    # younger than an hour: kept
+    assert cli.main(["snapshots", "--namespace", NS, "nb", "--keep", "0", "--older-than",
+                     "3600", "--kubeconfig", kc]) == 0
+    assert "deleted: nothing" in capsys.readouterr().out
+    assert cli.main(["snapshots", "--namespace", NS, "nb", "--keep", "0", "--teardown",
+                     "--kubeconfig", kc]) == 0
+    text = capsys.readouterr().out
+    deleted = text.splitlines()[0].removeprefix("deleted: ").split(", ")
+    assert deleted == [out["snapshot"], out["trigger"], "jp-nb"]  # snapshots, trigger, policy
+    assert "left: nothing" in text
+    reqs = [r for r in apiserver.call(lambda: list(apiserver.server.requests))
+            if r[0] == "delete"]
+    assert [r[1] for r in reqs] == ["podsnapshots", "podsnapshotmanualtriggers",
+                                    "podsnapshotpolicies"]
+
+
+def test_cli_resume_forbidden_is_one_line(tmp_path, apiserver, sim, capsys):
+    make_workspace(sim)
+    apiserver.call(apiserver.server.deny, "patch", "workspaces")
+    rc = cli.main(["resume", "-n", NS, "ws1", "--kubeconfig", kubeconfig(tmp_path, apiserver.url)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and len(err.splitlines()) == 1
+    assert "forbidden" in err and "Traceback" not in err

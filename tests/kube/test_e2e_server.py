@@ -19,7 +19,7 @@ from .conftest import NS, notebook_pod
 from .test_doctor_cli import kubeconfig
 from .test_gke_backend import objects, start_pod
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture
@@ -114,3 +114,8 @@ async def test_gke_pause_then_cold_start_restores_from_checkpoint(
     assert verified["platform_live"] is False
     ready = [e for e in journal if e["event"] == "snapshot_ready"][-1]
     assert ready["snapshot"] == snap["metadata"]["name"]
+    # single-use: once the resume is verified the used snapshot and its trigger go (policy stays)
+    await lifecycle.backend._cleanup
+    assert objects(apiserver, "podsnapshots") == []
+    assert objects(apiserver, "podsnapshotmanualtriggers") == []
+    assert len(objects(apiserver, "podsnapshotpolicies")) == 1

@@ -261,3 +261,18 @@ def test_names_fit_kubernetes_limits():
     assert len(name) <= 63 and name.startswith("jp-my-very-long-workspace")
     assert all(ch.isalnum() or ch == "-" for ch in name) and name == name.lower()
     assert len(dns_name("jp", "w" * 100)) == 63
+
+
+async def test_podrestored_after_ready_is_waited_for(apiserver, notebook_client, sim, recorder):
+    """GKE sets PodRestored some seconds after the container runs: no premature cold start."""
+    start_pod(sim, notebook_pod("nb"))
+    out = await backend(notebook_client, "nb", gpu_model="nvidia-l4").snapshot(
+        pause_ctx(recorder))
+    await asyncio.to_thread(sim.delete_pod, "nb")
+    await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 5, "gone")
+    sim.restored_delay = 1.0
+    start_pod(sim, notebook_pod("nb", annotations={"podsnapshot.gke.io/ps-name": out["snapshot"]}))
+    b = backend(notebook_client, "nb", gpu_model="nvidia-l4", restored_condition_wait=10)
+    assert await b.restored_live(resume_ctx(recorder)) is True
+    # without waiting, the same pod would have looked cold-started
+    assert sim.restores

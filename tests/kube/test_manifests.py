@@ -7,7 +7,9 @@ from pathlib import Path
 import yaml
 
 from jupyter_pause.cluster.kube import (
-    NOTEBOOK_CLUSTER_PERMISSIONS, NOTEBOOK_PERMISSIONS, RESUMER_PERMISSIONS,
+    NOTEBOOK_CLUSTER_PERMISSIONS,
+    NOTEBOOK_PERMISSIONS,
+    RESUMER_PERMISSIONS,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kubernetes"

@@ -276,3 +276,37 @@ async def test_kubeflow_pause_and_two_concurrent_resumes(cluster, sim):
     assert snap["snapshot"] in a["reason"]
     assert sorted([a["joined"], b["joined"]]) == [False, True]
     assert len(sim.restores) == 1
+
+
+def test_example_manifests_are_accepted(cluster):
+    """Every shipped example passes the real apiserver's validation (server-side dry run)."""
+    api = cluster["admin"]
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    rbac, custom = client.RbacAuthorizationV1Api(api), client.CustomObjectsApi(api)
+    seen = []
+    for name in ("snapshot-storage.yaml", "jupyter-server-config.yaml",
+                 "notebook-statefulset.yaml", "workspacekind.yaml", "resumer-rbac.yaml"):
+        for doc in yaml.safe_load_all((EXAMPLES / name).read_text()):
+            kind, ns = doc["kind"], doc["metadata"].get("namespace")
+            doc["metadata"]["name"] += "-check"  # never collide with what the fixture made
+            if kind == "ConfigMap":
+                core.create_namespaced_config_map(ns, doc, dry_run="All")
+            elif kind == "StatefulSet":
+                apps.create_namespaced_stateful_set(ns, doc, dry_run="All",
+                                                    _preload_content=False)
+            elif kind == "Role":
+                rbac.create_namespaced_role(ns, doc, dry_run="All")
+            else:
+                group, version = doc["apiVersion"].split("/")
+                plural = {"PodSnapshotStorageConfig": "podsnapshotstorageconfigs",
+                          "PodSnapshotPolicy": "podsnapshotpolicies",
+                          "WorkspaceKind": "workspacekinds"}[kind]
+                if ns:
+                    custom.create_namespaced_custom_object(group, version, ns, plural, doc,
+                                                           dry_run="All")
+                else:
+                    custom.create_cluster_custom_object(group, version, plural, doc,
+                                                        dry_run="All")
+            seen.append(kind)
+    assert sorted(seen) == ["ConfigMap", "PodSnapshotPolicy", "PodSnapshotStorageConfig", "Role",
+                            "StatefulSet", "WorkspaceKind"]

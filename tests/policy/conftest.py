@@ -79,7 +79,18 @@ class Server:
             if wait:
                 kc.stop_channels()
         assert reply["content"]["status"] == "ok", reply["content"]
+        await self.settled(kernel_id)
         return reply
+
+    async def settled(self, kernel_id, timeout=10.0):
+        """Until the server has seen the kernel's trailing ``status: idle``."""
+        import asyncio
+
+        kernel = self.serverapp.kernel_manager.get_kernel(kernel_id)
+        for _ in range(int(timeout / 0.05)):
+            if kernel.execution_state == "idle":
+                return
+            await asyncio.sleep(0.05)
 
     def journal(self):
         path = self.lifecycle.journal.journal_path

@@ -12,7 +12,7 @@ import tornado.httpclient
 from jupyter_pause.policy.activity import not_activity
 from jupyter_pause.server import kernels as kbridge
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(60)
 
 ROUTES = [("GET", "policy"), ("POST", "policy/cancel"), ("GET", "report")]
 

@@ -68,7 +68,9 @@ class Workspace:
         return model
 
     def client(self, kernel_id):
-        kc = self.serverapp.kernel_manager.get_kernel(kernel_id).client()
+        from jupyter_pause.server.kernels import own_client
+
+        kc = own_client(self.serverapp, kernel_id)
         kc.start_channels()
         return kc
 

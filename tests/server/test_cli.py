@@ -92,7 +92,8 @@ class Server:
 
     def cli(self, *args, env=None):
         r = subprocess.run([sys.executable, "-m", "jupyter_pause.cli", *args],
-                           env=env or self.env, capture_output=True, text=True, timeout=120)
+                           env=env or self.env, capture_output=True, text=True, timeout=120,
+                           check=False)
         return r.returncode, r.stdout + r.stderr
 
     def run_cell(self, kernel_id, code):
@@ -213,3 +214,24 @@ def test_pause_resume_and_sigkill_mid_checkpoint(server):
     assert first in out  # no checkpoint lost
     ids = [c["id"] for c in server.get("jupyter-pause/api/checkpoints")["checkpoints"]]
     assert first in ids
+
+
+def test_example_notebook_runs(server):
+    """examples/local_demo.ipynb, cell by cell as a person runs it: pause, new kernel, resume."""
+    import pathlib
+
+    import nbformat
+
+    path = pathlib.Path(__file__).parents[2] / "examples" / "local_demo.ipynb"
+    cells = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    at_pause = next(i for i, c in enumerate(cells) if c.strip() == "%pause")
+    kid = _new_session(server, "local_demo.ipynb")["kernel"]["id"]
+    for source in cells[: at_pause + 1]:
+        server.run_cell(kid, source)
+    _wait_state(server, "paused")
+    kid = _new_session(server, "local_demo.ipynb")["kernel"]["id"]  # the next cell's new kernel
+    for source in cells[at_pause + 1:]:
+        server.run_cell(kid, source)
+    st = _wait_state(server, "ready")
+    assert st["outcome"] == "restored"
+    server.request("DELETE", f"api/kernels/{kid}")

@@ -1,0 +1,38 @@
+"""Backends for the lifecycle tests: the local one with a platform that misbehaves."""
+
+from __future__ import annotations
+
+import asyncio
+
+from jupyter_pause.cluster.base import BackendError
+from jupyter_pause.cluster.local import LocalBackend
+
+
+class NotConfigured(LocalBackend):
+    name = "not-configured"
+
+    async def describe(self):
+        return {"name": self.name, "configured": False, "can_pause": False,
+                "why_not": "no snapshot storage configured"}
+
+
+class SnapshotFails(LocalBackend):
+    name = "snapshot-fails"
+
+    async def snapshot(self, ctx):
+        ctx.progress("Creating the pod snapshot")
+        raise BackendError("the pod snapshot failed: Triggered=False (Failed)",
+                           reason="snapshot_failed", hint="The checkpoint is the way back.")
+
+
+class SlowCapacity(LocalBackend):
+    """Resume waits for capacity first, as a GPU node pool scaling up does."""
+
+    name = "slow-capacity"
+
+    async def resume(self, ctx):
+        ctx.report("waiting_for_capacity", reason="0/3 nodes are available: 3 Insufficient "
+                   "nvidia.com/gpu")
+        await asyncio.sleep(0.5)
+        await ctx.report("pod_scheduled", node="gpu-node-1")
+        return await super().resume(ctx)
