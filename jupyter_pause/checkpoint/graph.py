@@ -70,8 +70,13 @@ def group_variables(items: list[tuple[str, Any]], namespace: Any = None) -> Walk
 
 def _group(items: list[tuple[str, Any]], namespace: Any) -> Walk:
     np = sys.modules.get("numpy")
+    if np is None:
+        try:  # not for arrays (there are none), for sorting leaf ids: far cheaper than a set
+            import numpy as np
+        except ImportError:
+            np = None
     torch = sys.modules.get("torch")
-    ndarray = np.ndarray if np is not None else None
+    ndarray = np.ndarray if np is not None and "numpy" in sys.modules else None
     tensor = torch.Tensor if torch is not None else None
     # tracked objects that need a per-object decision (pickled by name, or keyed by memory)
     slow_tracked = (types.ModuleType, type, types.FunctionType) + (

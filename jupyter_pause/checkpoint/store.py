@@ -209,6 +209,20 @@ class Store:
     def has_blob(self, digest: str) -> bool:
         return self._exists(self.blob_path(digest))
 
+    def claim_blob(self, digest: str) -> bool:
+        """True if the blob exists; locally also refresh its mtime, so a concurrent gc (which
+        spares blobs newer than a running write's lease) cannot remove it while this write is
+        about to reference it."""
+        if not self.local:
+            return self.has_blob(digest)
+        try:
+            os.utime(self.blob_path(digest))
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return self.has_blob(digest)
+
     def put_blob(
         self,
         txn: Txn,
@@ -253,7 +267,7 @@ class Store:
             os.close(fd)
         digest = h.hexdigest()
         final = self.blob_path(digest)
-        if os.path.exists(final):
+        if self.claim_blob(digest):
             os.unlink(tmp)
         else:
             d = os.path.dirname(final)
@@ -289,7 +303,8 @@ class Store:
     def sync(self, txn: Txn) -> None:
         """Make every rename of this write durable before the manifest points at it."""
         if self.local:
-            for d in sorted(txn.dirs):
+            # new subdirectories are only durable once their parents are synced too
+            for d in sorted(txn.dirs | {self._join("blobs"), self.root}):
                 self._fsync_dir(d)
 
     def publish(self, txn: Txn, stream: str, manifest_bytes: bytes) -> None:
@@ -298,7 +313,9 @@ class Store:
             self._makedirs(os.path.dirname(path) if self.local else path.rsplit("/", 1)[0])
             self._write_small(path, manifest_bytes)
             if self.local:
-                self._fsync_dir(os.path.dirname(path))
+                slug_dir = os.path.dirname(path)
+                for d in (slug_dir, os.path.dirname(slug_dir), self.root):
+                    self._fsync_dir(d)
         except OSError as e:
             self._remove(path)
             raise self._os_error(e, "writing the manifest") from None

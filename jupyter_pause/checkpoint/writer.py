@@ -93,7 +93,7 @@ class _Run:
     def has(self, digest: str) -> bool:
         ok = self.exists.get(digest)
         if ok is None:
-            ok = self.exists[digest] = self.store.has_blob(digest)
+            ok = self.exists[digest] = self.store.claim_blob(digest)
         return ok
 
     def put(self, chunks: Iterable, kind: str, size: int, cached: bool = True) -> cf.Future:

@@ -11,6 +11,7 @@ Workspace stays "Checkpointing"), so release() gives up after `checkpoint_timeou
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any
 
@@ -79,7 +80,11 @@ class KubeflowBackend(GKEBackend):
         return (obj["metadata"].get("annotations") or {}).get(GKW_ENABLED_ANNOTATION) == "true"
 
     async def snapshot(self, ctx: PauseContext) -> dict[str, Any]:
-        ws, _, obj = await self._workspace()
+        ws, ns, obj = await self._workspace()
+        pod = await self.own_pod()
+        # Who we are now: after a restore this process wakes up inside release() (see there).
+        self._pause = {"pod": pod["metadata"]["name"], "uid": pod["metadata"]["uid"],
+                       "hostname": socket.gethostname(), "namespace": ns, "workspace": ws}
         # The pod snapshot (if any) is GKE Workspaces' job, started by release() setting paused.
         return {"skipped": True, "workspace": ws, "backend": self.name,
                 "gke_workspaces": self._gkw(obj)}
@@ -90,7 +95,12 @@ class KubeflowBackend(GKEBackend):
         await self._k(self.kube.patch(WORKSPACES, ws, {"spec": {"paused": True}}, ns))
         if not self._gkw(obj):
             return {"released": True, "stopped_via": "workspace", "owner": ws}
-        # GKE Workspaces: the webhook turns paused back to false and checkpoints first.
+        # GKE Workspaces: the webhook turns paused back to false and checkpoints first. The pod
+        # (this process) is frozen while it uploads and stopped after, so a release that returns
+        # by itself either saw Ready, or wakes up in the pod restored from that snapshot.
+        return await self._follow_checkpoint(ctx, ws, ns)
+
+    async def _follow_checkpoint(self, ctx: PauseContext, ws: str, ns: str) -> dict[str, Any]:
         seen: list[str] = []
 
         def done(w: dict | None) -> Any:
@@ -102,6 +112,8 @@ class KubeflowBackend(GKEBackend):
                 return ("ready", ann.get(GKW_LAST_CHECKPOINT_ANNOTATION))
             if state in ("Failed", "Error"):
                 return ("failed", state)
+            if state == "Restoring" or (seen and state is None):
+                return ("resumed", None)  # the workspace was resumed since: we are restored
             return None
 
         def on_change(w: dict | None) -> None:
@@ -115,6 +127,8 @@ class KubeflowBackend(GKEBackend):
             kind, detail = await self.kube.wait_for(WORKSPACES, ws, ns, done, on_change=on_change,
                                                     timeout=self.checkpoint_timeout)
         except TimeoutError:
+            if await self._restored_here():
+                return self._woke(ws)
             raise BackendError(
                 f"GKE Workspaces did not finish the pod snapshot of {ws} within "
                 f"{self.checkpoint_timeout:.0f} s (checkpoint-state "
@@ -123,11 +137,19 @@ class KubeflowBackend(GKEBackend):
                 "logs") from None
         except KubeError as e:
             raise BackendError(str(e), reason="kubernetes") from None
+        if kind == "resumed" or await self._restored_here():
+            return self._woke(ws)
         if kind == "failed":
             raise BackendError(f"GKE Workspaces reported checkpoint-state {detail}",
                                reason="snapshot_failed")
         return {"released": True, "stopped_via": "workspace", "owner": ws, "snapshot": detail,
                 "checkpoint_state": seen[-1] if seen else None}
+
+    def _woke(self, ws: str) -> dict[str, Any]:
+        # Never pause again: the restored pod is the resumed workspace.
+        self._pause["woke_up"] = True
+        return {"released": False, "woke_up": True, "stopped_via": "workspace", "owner": ws,
+                "reason": "this pod was restored from the pod snapshot"}
 
     async def restore_verdict(self) -> dict[str, Any]:
         try:

@@ -190,15 +190,16 @@ class Lifecycle:
         self.journal.seq = max(self.journal.seq, int(self.state.get("seq", 0)))
         cur, flight = self.state["state"], self.state.get("flight") or {}
         fid = flight.get("id")
-        if cur in ("checkpointing", "snapshotting"):
-            # The server died before the kernels were handed over: the pause did not happen.
+        if cur == "checkpointing":
+            # The server died before every checkpoint was written: the pause did not happen.
             # Earlier checkpoints are untouched (a checkpoint becomes visible only when complete).
             self._record_sync("failed", fid, "pause", step=cur, reason="interrupted",
                               message=f"the server stopped during {cur}; the pause did not happen",
                               state_after="running",
                               hint="Pause again; the previous checkpoint is still available.")
-        elif cur == "releasing":
-            # Checkpoints are written: the way back exists, so count the pause as done.
+        elif cur in ("snapshotting", "releasing"):
+            # Every checkpoint is written: the way back exists, and the kernels went down with
+            # the server (or the pod); count the pause as done so that resume restores them.
             self._record_sync("paused", fid, "pause", recovered=True)
         elif cur in RESUME_STATES:
             self._record_sync("failed", fid, "resume", step=cur, reason="interrupted",
@@ -414,15 +415,21 @@ class Lifecycle:
             self.step = None
             await self._record("paused")
             metrics.PAUSE_DURATION.labels(self.app.backend_name).observe(time.monotonic() - t0)
+            woke_up = bool(snap.get("woke_up") or rel.get("woke_up"))
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - every failure is journaled
+            woke_up = False
             await self._fail(flight, step, e, state_after="paused" if step == "releasing"
                              else "failed")
         finally:
             self.step = None
             if self.flight is flight:
                 self.flight = None
+        if woke_up:
+            # A pod snapshot restore resumed this very process inside the pause: go on with a
+            # resume at once, which verifies the kernels (live) and reports it.
+            await self.request_resume("startup")
 
     async def _wait_idle(self, records: list[KernelRecord], interrupt: bool) -> None:
         """Never checkpoint mid-cell: wait for idle, interrupt if asked, else refuse."""

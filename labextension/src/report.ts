@@ -50,6 +50,10 @@ export class PauseReportBody extends Widget {
     super.dispose();
   }
 
+  private _results = new Map<string, string>();
+  private _running = new Set<string>();
+  private _recomputed = new Map<string, Set<string>>();
+
   private _render(): void {
     const trans = this._trans;
     const status = this._controller.status;
@@ -121,6 +125,32 @@ export class PauseReportBody extends Widget {
     }
   }
 
+  private async _recompute(path: string, names: string[]): Promise<void> {
+    const trans = this._trans;
+    this._running.add(path);
+    this._results.delete(path);
+    this._render();
+    let text: string;
+    try {
+      const vars = await this._controller.recompute(path, names);
+      const ok = vars.filter(v => v.status === 'recomputed').map(v => v.name);
+      this._recomputed.set(path, new Set([...(this._recomputed.get(path) ?? []), ...ok]));
+      const bad = vars.filter(v => v.status !== 'recomputed');
+      text = trans.__('Recomputed: %1.', ok.join(', ') || trans.__('nothing'));
+      if (bad.length) {
+        const why = bad.map(v => `${v.name} (${v.reason || v.status})`).join(', ');
+        text += ' ' + trans.__('Not recomputed: %1.', why);
+      }
+    } catch (error) {
+      text = trans.__('Recompute failed: %1', (error as Error).message);
+    }
+    this._running.delete(path);
+    this._results.set(path, text);
+    if (!this.isDisposed) {
+      this._render();
+    }
+  }
+
   private _renderKernel(kernel: IKernelReport): HTMLElement {
     const trans = this._trans;
     const section = el('section', 'jp-PauseReport-kernel');
@@ -134,7 +164,16 @@ export class PauseReportBody extends Widget {
     if (kernel.checkpoint_id && kernel.outcome === 'restored') {
       section.append(el('p', 'jp-PauseReport-meta', trans.__('Checkpoint %1', kernel.checkpoint_id)));
     }
-    const groups = groupVariables(kernel.variables);
+    // Names recomputed from this dialog count as recomputed even before the server's report
+    // says so.
+    const done = (kernel.path && this._recomputed.get(kernel.path)) || new Set<string>();
+    const groups = groupVariables(
+      (kernel.variables ?? []).map(v =>
+        done.has(v.name) && v.status !== 'recomputed'
+          ? { ...v, status: 'recomputed', recomputable: false, reason: null }
+          : v
+      )
+    );
     const list = (heading: string, vars: IReportVariable[], group: string) => {
       if (vars.length === 0) {
         return;
@@ -150,7 +189,7 @@ export class PauseReportBody extends Widget {
         if (v.kind) {
           details.push(v.kind);
         }
-        if (typeof v.size === 'number') {
+        if (typeof v.size === 'number' && (v.size > 0 || group === 'restored')) {
           details.push(formatBytes(v.size));
         }
         if (details.length) {
@@ -174,36 +213,22 @@ export class PauseReportBody extends Widget {
     list(trans.__('Restored from the checkpoint'), groups.restored, 'restored');
     list(trans.__('Recomputed'), groups.recomputed, 'recomputed');
     const recomputable = list(trans.__('Can be recomputed'), groups.recomputable, 'recomputable');
-    if (recomputable && kernel.path) {
-      const path = kernel.path;
+    const path = kernel.path;
+    if (recomputable && path) {
       const names = groups.recomputable.map(v => v.name);
       const button = el('button', 'jp-mod-styled jp-mod-accept jp-PauseReport-recompute');
       button.textContent = trans.__('Recompute %1', names.join(', '));
       button.setAttribute('aria-label', trans.__('Re-run the cells that made %1', names.join(', ')));
-      const result = el('p', 'jp-PauseReport-result');
-      result.setAttribute('aria-live', 'polite');
-      button.addEventListener('click', async () => {
-        button.disabled = true;
-        result.textContent = trans.__('Re-running the recorded cells…');
-        try {
-          const vars = await this._controller.recompute(path, names);
-          const ok = vars.filter(v => v.status === 'recomputed').map(v => v.name);
-          const bad = vars.filter(v => v.status !== 'recomputed');
-          result.textContent =
-            trans.__('Recomputed: %1.', ok.join(', ') || trans.__('nothing')) +
-            (bad.length
-              ? ' ' +
-                trans.__(
-                  'Not recomputed: %1.',
-                  bad.map(v => `${v.name} (${v.reason || v.status})`).join(', ')
-                )
-              : '');
-        } catch (error) {
-          button.disabled = false;
-          result.textContent = trans.__('Recompute failed: %1', (error as Error).message);
-        }
-      });
-      recomputable.append(button, result);
+      button.disabled = this._running.has(path);
+      button.addEventListener('click', () => void this._recompute(path, names));
+      recomputable.append(button);
+    }
+    // Kept across re-renders (a status event re-renders the whole body).
+    const result = path ? this._results.get(path) : undefined;
+    if (path && (result || this._running.has(path))) {
+      const p = el('p', 'jp-PauseReport-result', result ?? trans.__('Re-running the recorded cells…'));
+      p.setAttribute('aria-live', 'polite');
+      section.append(p);
     }
     list(trans.__('Skipped'), groups.skipped, 'skipped');
     list(trans.__('Failed'), groups.failed, 'failed');

@@ -106,3 +106,16 @@ def test_checkpoint_after_restore_reuses_entries_but_sees_changes(store, key):
     v2 = read(store, key=key).values
     torch.testing.assert_close(v2["a"], ns["a"])
     torch.testing.assert_close(v2["b"], ns["b"] * 2)
+
+
+def test_gc_spares_blobs_a_running_write_is_about_to_reference(store, key):
+    r = write({"arr": np.ones(300_000)}, store, key=key)
+    blob = next(d for d, b in r.manifest.blobs.items() if b["kind"] == "buffer")
+    old = os.path.getmtime(store.blob_path(blob)) - 3600
+    os.utime(store.blob_path(blob), (old, old))
+    txn = store.begin("20991231T000000000000Z-abcdef")  # another writer, in flight
+    store.delete(r.checkpoint_id)
+    assert store.claim_blob(blob)  # it found the blob and will reference it
+    assert blob not in gc(store)["removed"]
+    txn.release()
+    assert blob in gc(store)["removed"]

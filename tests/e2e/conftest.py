@@ -40,7 +40,9 @@ def lab(lab_factory) -> LabServer:
     return lab_factory()
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API runs an event loop in this thread for as long
+# as it is open, which would break the asyncio fixtures of the test modules that run after.
+@pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM}")

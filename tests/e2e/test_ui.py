@@ -17,15 +17,15 @@ pytestmark = [pytest.mark.e2e, needs_chromium]
 SLOW = 120_000  # ms: a pause or resume starts and stops real kernels on a 2-core machine
 
 RECORD_STATES = """() => {
+  // Every data-state the status item shows, in order (oldValue catches states that changed
+  // twice within one observer callback).
   const el = document.querySelector('.jp-PauseStatus');
-  window.__pauseStates = [];
-  const rec = () => {
-    const s = el.dataset.state;
-    const list = window.__pauseStates;
-    if (list[list.length - 1] !== s) list.push(s);
-  };
-  rec();
-  new MutationObserver(rec).observe(el, {attributes: true, attributeFilter: ['data-state']});
+  const list = (window.__pauseStates = [el.dataset.state]);
+  const push = s => { if (s && list[list.length - 1] !== s) list.push(s); };
+  new MutationObserver(records => {
+    for (const r of records) push(r.oldValue);
+    push(el.dataset.state);
+  }).observe(el, {attributes: true, attributeFilter: ['data-state'], attributeOldValue: true});
 }"""
 
 
@@ -110,6 +110,7 @@ def test_pause_resume_restores_variables(lab: LabServer, page) -> None:
     shot(page, "02-paused")
     states = page.evaluate("window.__pauseStates")
     assert states[0] == "running" and states[-1] == "paused", states
+    assert "checkpointing" in states, states  # the state went through the checkpoint
     server = lab.pause_status()
     assert server["state"] == "paused", server
     assert server["last_checkpoint"], server
@@ -120,6 +121,7 @@ def test_pause_resume_restores_variables(lab: LabServer, page) -> None:
     expect()(status).to_have_text("Restored from checkpoint")
     states = page.evaluate("window.__pauseStates")
     assert states[0] == "paused" and states[-1] == "ready", states
+    assert set(states) & {"resuming", "verifying", "restoring"}, states
 
     # The notification offers the report; the report says what came back and how.
     toast = page.locator(".Toastify__toast", has_text="restored from checkpoint")
@@ -139,9 +141,13 @@ def test_pause_resume_restores_variables(lab: LabServer, page) -> None:
     expect()(recomputable).to_contain_text("gen")
     shot(page, "04-report")
     recomputable.get_by_role("button", name=re.compile("Re-run the cells that made gen")).click()
-    expect()(recomputable.locator(".jp-PauseReport-result")).to_contain_text(
+    expect()(dialog.locator(".jp-PauseReport-result")).to_contain_text(
         "Recomputed: gen", timeout=60_000
     )
+    expect()(dialog.locator(".jp-PauseReport-group[data-group='recomputed']")).to_contain_text(
+        "gen"
+    )
+    expect()(recomputable).to_have_count(0)
     shot(page, "04b-recomputed")
     page.locator(".jp-Dialog").get_by_role("button", name="Close").click()
     expect()(page.locator(".jp-Dialog")).to_have_count(0)

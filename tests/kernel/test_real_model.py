@@ -114,6 +114,12 @@ def test_minilm_fine_tuned_across_restart(kernel_factory):
     assert "warning" not in report, report
 
     assert k.eval(FINGERPRINT) == before  # bit-identical embeddings, tokenizer, optimizer links
+    # Pausing again right after the resume, nothing changed: this process never wrote the
+    # tensors, yet it knows they came unchanged out of the checkpoint.
+    third = bridge(k, "checkpoint", stream=STREAM, timeout=120)
+    assert third["ok"], third
+    assert abs(third["bytes_total"] - second["bytes_total"]) < 64 * 1024  # same tensor blobs
+    assert third["bytes_written"] < 64 * 1024, third["bytes_written"]
     # The restored optimizer updates the restored model's own tensor in place.
     k.ok(
         "p = next(model.parameters())\n"

@@ -280,13 +280,16 @@ class FakeApiServer:
             if w.wants(kind, obj):
                 w.queue.put_nowait((etype, copy.deepcopy(obj)))
 
-    def _check(self, verb: str, kind: Kind, ns: str | None, name: str | None = None) -> None:
-        self.requests.append((verb, kind.plural))
-        if (verb, kind.plural) in self.denied or ("*", kind.plural) in self.denied:
+    def _check(self, verb: str, kind: Kind, ns: str | None, name: str | None = None,
+               sub: str | None = None) -> None:
+        """RBAC-like: a subresource is its own resource ("workspaces/status"), as in RBAC."""
+        resource = f"{kind.plural}/{sub}" if sub else kind.plural
+        self.requests.append((verb, resource))
+        if (verb, resource) in self.denied or ("*", resource) in self.denied:
             where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
             raise ApiError(403, "Forbidden",
                            f'{kind.resource}{" " + repr(name) if name else ""} is forbidden: '
-                           f'User "{self.user}" cannot {verb} resource "{kind.plural}" in API '
+                           f'User "{self.user}" cannot {verb} resource "{resource}" in API '
                            f'group "{kind.group}"{where}',
                            {"kind": kind.plural, "group": kind.group, **({"name": name} if name
                                                                            else {})})
@@ -518,7 +521,7 @@ class FakeApiServer:
             obj = self.create(kind, ns, body)
             return web.json_response(obj, status=201)
         if m == "POST" and kind.plural == "pods" and sub == "binding":
-            self._check("create", kind, ns, name)
+            self._check("create", kind, ns, name, sub)
             body = await request.json()
             pod = copy.deepcopy(self.get(kind, ns, name))
             if pod["spec"].get("nodeName"):
@@ -534,11 +537,11 @@ class FakeApiServer:
             return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Success",
                                       "code": 201}, status=201)
         if m == "PUT" and name:
-            self._check("update", kind, ns, name)
+            self._check("update", kind, ns, name, sub)
             body = await request.json()
             return web.json_response(self.update(kind, ns, name, body, sub, check_rv=True))
         if m == "PATCH" and name:
-            self._check("patch", kind, ns, name)
+            self._check("patch", kind, ns, name, sub)
             body = await request.json()
             old = self.get(kind, ns, name)
             ctype = request.headers.get("Content-Type", "")

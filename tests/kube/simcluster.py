@@ -267,6 +267,20 @@ class SimCluster:
                     if e.status != 409:
                         raise
             return True
+        if state == "Ready" and not paused:  # resume: the webhook marks it Restoring
+            patch({"metadata": {"annotations": {GKW + "checkpoint-state": "Restoring"}}})
+            return False
+        if state == "Restoring" and running:
+            # the reconciler: snapshots are single-use; clear the state
+            trig = f"ws-{name}-trigger"
+            for s in self.cr("podsnapshots"):
+                if (s["metadata"].get("labels") or {}).get("gke-pod-snapshot-triggered-by") == trig:
+                    self.custom.delete_namespaced_custom_object(G, V, self.ns, "podsnapshots",
+                                                                s["metadata"]["name"])
+            patch({"metadata": {"annotations": {GKW + "checkpoint-state": None,
+                                                GKW + "last-checkpoint-name": None,
+                                                GKW + "checkpoint-started-at": None}}})
+            return False
         if state == "Checkpointing":
             try:
                 trig = self.custom.get_namespaced_custom_object(

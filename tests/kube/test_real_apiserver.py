@@ -116,9 +116,27 @@ def cluster(tmp_path_factory):
                                         "2026-01-01T00:00:00Z"}]}})
         yield {"dir": d, "admin": admin, "notebook": _client(d / "notebook.kubeconfig")}
     finally:
-        for pid in pids:
+        _stop(pids)
+
+
+def _stop(pids: list[int]) -> None:
+    """SIGTERM the apiserver and etcd this module started; SIGKILL what is left after 15 s."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 15
+    for pid in pids:
+        while time.monotonic() < deadline:
             try:
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        else:
+            try:
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 

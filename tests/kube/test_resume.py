@@ -162,3 +162,31 @@ async def test_gke_workspaces_failed_checkpoint_is_not_stuck(notebook_client, si
         await b.release(pause_ctx(recorder))
     assert ei.value.reason == "snapshot_timeout"
     assert "checkpoint-state Checkpointing" in str(ei.value)
+
+
+async def test_kubeflow_release_wakes_up_in_restored_pod(notebook_client, sim, recorder):
+    """The process froze in release() during the add-on's checkpoint and wakes up in the pod
+    restored from it: it must not report a pause (nor pause the resumed workspace again)."""
+    pod = make_workspace(sim, annotations={"podsnapshot.gke.kubeflow.org/enabled": "true"})
+    b = KubeflowBackend(api_client=notebook_client, pod_name=pod, namespace=NS,
+                        gpu_model="nvidia-l4", restored_condition_wait=0, checkpoint_timeout=15)
+    ctx = pause_ctx(recorder)
+    await b.snapshot(ctx)  # records who we are (pod uid)
+    rel = await b.release(ctx)
+    assert rel["released"] is True and rel["checkpoint_state"] == "Ready"
+    await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 10, "paused")
+    await asyncio.to_thread(sim.custom.patch_namespaced_custom_object, "kubeflow.org", "v1beta1",
+                            NS, "workspaces", "ws1", {"spec": {"paused": False}})
+    await asyncio.to_thread(sim.wait, lambda: any(p["status"].get("phase") == "Running"
+                                                  for p in sim.pods()), 10, "running")
+    # the add-on cleaned up after the resume: single-use snapshot, state cleared
+    await asyncio.to_thread(sim.wait, lambda: "podsnapshot.gke.kubeflow.org/checkpoint-state"
+                            not in (ws_state(sim)["metadata"].get("annotations") or {}), 10,
+                            "state cleared")
+    await asyncio.to_thread(sim.wait, lambda: not sim.cr("podsnapshots"), 10, "snapshot gone")
+    assert sim.restores
+    # now the frozen wait of the old process resumes: same name, another pod
+    b.checkpoint_timeout = 1.0
+    out = await b._follow_checkpoint(ctx, "ws1", NS)
+    assert out["released"] is False and out["woke_up"] is True
+    assert ws_state(sim)["spec"]["paused"] is False

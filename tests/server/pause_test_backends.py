@@ -36,3 +36,13 @@ class SlowCapacity(LocalBackend):
         await asyncio.sleep(0.5)
         await ctx.report("pod_scheduled", node="gpu-node-1")
         return await super().resume(ctx)
+
+
+class WokeUp(LocalBackend):
+    """A pod snapshot restored this process while it was pausing (the live case on GKE)."""
+
+    name = "woke-up"
+
+    async def release(self, ctx):
+        return {"released": False, "woke_up": True,
+                "reason": "this pod was restored from the pod snapshot"}

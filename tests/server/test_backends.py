@@ -71,3 +71,22 @@ async def test_waiting_for_capacity_is_shown(ws):
     await ws.lifecycle.sample_activity()
     activity = [e for e in ws.journal() if e["event"] == "activity"]
     assert activity and activity[-1]["flight"] is None and "busy_kernels" in activity[-1]
+
+
+@pytest.mark.parametrize("pause_config", [config("WokeUp")])
+async def test_process_restored_during_pause_resumes_live(ws):
+    nb = await ws.open_notebook("g.ipynb")
+    kid = nb["kernel"]["id"]
+    await ws.run(kid, "g = 9")
+    await ws.api("POST", "pause")
+    for _ in range(600):
+        await ws.lifecycle.wait()
+        if ws.lifecycle.flight is None and ws.lifecycle.state["state"] in ("ready", "failed"):
+            break
+        await asyncio.sleep(0.05)
+    st = await ws.status()
+    assert st["state"] == "ready" and st["outcome"] == "live", st
+    assert st["last_report"]["trigger"] == "startup"
+    assert (await ws.run(kid, "print(g)")).strip() == "9"
+    names = [e["event"] for e in ws.journal()]
+    assert names[names.index("paused") + 1] == "resume_requested" and "restored" not in names

@@ -71,12 +71,13 @@ async def test_crash_mid_checkpoint_goes_back_to_running(ws, pause_dirs):
     assert st["state"] == "paused"
 
 
-async def test_crash_while_releasing_counts_as_paused(ws, jp_serverapp):
+@pytest.mark.parametrize("last_event", ["checkpoint_written", "snapshot_ready"])
+async def test_crash_after_the_checkpoint_counts_as_paused(ws, jp_serverapp, last_event):
     nb = await ws.open_notebook("b.ipynb")
     await ws.run(nb["kernel"]["id"], "b = [1, 2]; c = {'b': b}")
     _, st = await ws.flight("pause")
     names = events(ws)
-    crash(ws, names.index("snapshot_ready") + 1)  # died before accelerator_released
+    crash(ws, names.index(last_event) + 1)  # died while snapshotting / releasing
     await restart(ws)
     st = await ws.status()
     assert st["state"] == "paused", st
