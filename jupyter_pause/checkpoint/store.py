@@ -246,7 +246,6 @@ class Store:
         txn.temps.add(tmp)
         h = _hasher()
         size = 0
-        flushed = 0
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             for chunk in chunks:
@@ -259,9 +258,6 @@ class Store:
                     txn.bytes_written += len(piece)
                     if progress:
                         progress(len(piece))
-                    if _start_writeback and size - flushed >= WRITEBACK_EVERY:
-                        _start_writeback(fd, flushed, size - flushed)
-                        flushed = size
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -515,28 +511,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _libc_sync_file_range() -> Callable[[int, int, int], None] | None:
-    try:
-        import ctypes
-
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = (ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint)
-    fn.restype = ctypes.c_int
-
-    def start_writeback(fd: int, offset: int, nbytes: int) -> None:
-        fn(fd, offset, nbytes, 2)  # SYNC_FILE_RANGE_WRITE: start writeback, do not wait
-
-    return start_writeback
-
-
-# Starting writeback of what was just written lets the disk work while the next chunks are
-# hashed and copied, so the closing fsync has little left to wait for.
-_start_writeback = _libc_sync_file_range() if os.environ.get("JP_NO_EARLY_WB") is None else None
-WRITEBACK_EVERY = 32 << 20
 
 
 def _write_all(fd: int, mv: memoryview) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -17,7 +18,7 @@ from .cache import WriteCache
 from .errors import CheckpointError
 from .graph import group_variables
 from .manifest import FORMAT, Manifest, VariableReport, WriteResult, sign
-from .pickling import SkipVariable, dump_group, reason_of
+from .pickling import OOB_MIN, SkipVariable, dump_group, reason_of
 from .store import Store, open_store
 
 log = logging.getLogger(__name__)
@@ -169,12 +170,20 @@ def write(
     provenance = provenance or {}
     names = select_names(namespace, include, exclude)
     items = [(n, namespace[n]) for n in names]
-    walk = group_variables(items, namespace)
     ckpt_id = new_checkpoint_id()
     if cache is not None:
         cache.bind(store.url)
     txn = store.begin(ckpt_id)
-    run = _Run(store, txn, cache, progress, sum(walk.big_bytes.values()))
+    run = _Run(store, txn, cache, progress, 0)
+    try:
+        # big plain arrays start hashing/writing now, overlapping the walk and the pickling
+        prewritten = _prewrite_arrays(run, items, max_size)
+        walk = group_variables(items, namespace)
+    except BaseException:
+        run.shutdown()
+        txn.abort()
+        raise
+    run.estimate = sum(walk.big_bytes.values())
     status: dict[str, tuple[str, str | None]] = {}
     var_group: dict[str, int] = {}
     var_size: dict[str, int] = {}
@@ -220,7 +229,10 @@ def write(
             else:
                 f = run.put([stream_bytes], "pickle", len(stream_bytes))
                 entry["stream"] = {"future": f, "offset": 0, "length": len(stream_bytes)}
-            entry["buffers"] = [run.put([mv], "buffer", mv.nbytes) for mv in ctx.buffers]
+            entry["buffers"] = [
+                prewritten.pop(_address(mv), None) or run.put([mv], "buffer", mv.nbytes)
+                for mv in ctx.buffers
+            ]
             tw.flush(final=False)
             run.report()
 
@@ -298,6 +310,13 @@ def write(
             if isinstance(te.get("blob"), cf.Future):
                 te["blob"] = te["blob"].result()
 
+        # blobs written but referenced by nothing (a pre-written array whose variable was then
+        # skipped): left out of the manifest and removed once it is published
+        used = {e["stream"]["blob"] for e in groups} | {b for e in groups for b in e["buffers"]}
+        used |= {te["blob"] for te in tensor_entries}
+        orphans = set(run.blobs) - used
+        for d in orphans:
+            run.blobs.pop(d)
         variables = []
         for n, v in items:
             st, reason = status.get(n, ("skipped", "not processed"))
@@ -335,6 +354,8 @@ def write(
         raise
     run.shutdown()
     txn.release()
+    for d in orphans & txn.created:
+        store._remove(store.blob_path(d))
 
     if cache is not None:
         cache.chunks = dict(run.new_chunks)
@@ -449,6 +470,42 @@ class _Memos(dict):
             fixed["blob"] = blob
             out[cdata] = WriteCache.memo(us, seen, fixed)
         return out
+
+
+def _address(mv: memoryview) -> tuple[int, int]:
+    import ctypes
+
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(mv)), mv.nbytes
+    except TypeError:  # read-only buffer
+        np = sys.modules.get("numpy")
+        if np is None:
+            return (id(mv), -1)
+        return np.frombuffer(mv, dtype=np.uint8).ctypes.data, mv.nbytes
+
+
+def _prewrite_arrays(run: _Run, items: list, max_size: int | None) -> dict[tuple, cf.Future]:
+    """Start writing the buffers of large, self-owned numpy arrays held directly by variables.
+
+    Their bytes are what pickle will hand out of band anyway; matched by address later."""
+    np = sys.modules.get("numpy")
+    out: dict[tuple, cf.Future] = {}
+    if np is None:
+        return out
+    for _name, v in items:
+        if (
+            type(v) is np.ndarray
+            and v.base is None
+            and v.flags.c_contiguous
+            and not v.dtype.hasobject
+            and v.nbytes >= OOB_MIN
+            and (max_size is None or v.nbytes <= max_size)
+        ):
+            mv = memoryview(v).cast("B")
+            key = _address(mv)
+            if key not in out:
+                out[key] = run.put([mv], "buffer", mv.nbytes)
+    return out
 
 
 def _itemsize(dtype: str) -> int:

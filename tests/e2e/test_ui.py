@@ -107,6 +107,7 @@ def test_pause_resume_restores_variables(lab: LabServer, page) -> None:
     # The button turned into Resume.
     expect()(button).to_have_text("Resume")
     expect_enabled(button)
+    page.wait_for_timeout(800)  # the "Paused" toast slides in
     shot(page, "02-paused")
     states = page.evaluate("window.__pauseStates")
     assert states[0] == "running" and states[-1] == "paused", states
