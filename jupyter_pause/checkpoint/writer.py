@@ -299,7 +299,7 @@ def write(
                 entry["stream"]["future"] = bf
 
         tw.flush(final=True)
-        tensor_entries, new_memos = tw.entries, _Memos(tw.memos, cache)
+        tensor_entries, new_memos = tw.entries, _Memos(tw.final_memos(), cache)
         run.wait()
 
         for entry in groups:
@@ -394,9 +394,10 @@ class _TensorWriter:
     def __init__(self, run: _Run, cache: WriteCache | None) -> None:
         self.run, self.cache = run, cache
         self.entries: list[dict[str, Any]] = []
-        self.memos: dict[int, tuple] = {}
+        self.memos: dict[int, tuple] = {}  # storage _cdata -> (storage, tensors seen, index)
         self.pending: list[tuple[int, Any, str]] = []
         self.pending_bytes = 0
+        self.reuse: dict[str, list[tuple[int, Any, str]]] = {}  # old pack -> unchanged storages
 
     def add(self, us: Any, dtype: str, seen: list) -> int:
         gi = len(self.entries)
@@ -407,28 +408,54 @@ class _TensorWriter:
             if old is not None and not run.has(old["blob"]):
                 old = None
         if old is not None:
-            e = dict(old, key=f"t{gi}")
-            run.blobs[e["blob"]] = {"size": old["pack_size"], "kind": "tensors"}
-            run.add_done(us.nbytes())
-            run.known += us.nbytes()
+            # decided at the end: reused only if enough of the old pack is still in use
+            self.entries.append(dict(old, key=f"t{gi}"))
+            self.reuse.setdefault(old["blob"], []).append((gi, us, dtype))
         else:
-            e = {
-                "key": f"t{gi}",
-                "blob": None,
-                "name": f"t{gi}",
-                "device": _tensors.record_device(us),
-                "dtype": dtype,
-                "shape": [us.nbytes() // max(1, _itemsize(dtype))],
-                "nbytes": us.nbytes(),
-            }
+            self.entries.append(self._new_entry(gi, us, dtype))
             self.pending.append((gi, us, dtype))
             self.pending_bytes += us.nbytes()
-        self.entries.append(e)
         if cache is not None:
-            self.memos[us._cdata] = (us, seen, e)
+            self.memos[us._cdata] = (us, seen, gi)
         return gi
 
+    @staticmethod
+    def _new_entry(gi: int, us: Any, dtype: str) -> dict[str, Any]:
+        return {
+            "key": f"t{gi}",
+            "blob": None,
+            "name": f"t{gi}",
+            "device": _tensors.record_device(us),
+            "dtype": dtype,
+            "shape": [us.nbytes() // max(1, _itemsize(dtype))],
+            "nbytes": us.nbytes(),
+        }
+
+    def _settle_reuse(self) -> None:
+        """Reference an old pack only while at least half of it is still in use; otherwise
+        rewrite its few unchanged storages, so a checkpoint never pins (and a restore never
+        reads) a whole old pack for a handful of bytes. Bounds the waste at 2x."""
+        run = self.run
+        for blob, items in self.reuse.items():
+            used = sum(us.nbytes() for _, us, _ in items)
+            pack_size = self.entries[items[0][0]]["pack_size"]
+            if used * 2 >= pack_size:
+                run.blobs[blob] = {"size": pack_size, "kind": "tensors"}
+                run.add_done(used)
+                run.known += used
+                continue
+            for gi, us, dtype in items:
+                self.entries[gi] = self._new_entry(gi, us, dtype)
+                self.pending.append((gi, us, dtype))
+                self.pending_bytes += us.nbytes()
+        self.reuse.clear()
+
+    def final_memos(self) -> dict[int, tuple]:
+        return {c: (us, seen, self.entries[gi]) for c, (us, seen, gi) in self.memos.items()}
+
     def flush(self, final: bool) -> None:
+        if final:
+            self._settle_reuse()
         if not self.pending or (not final and self.pending_bytes < SHARD_MIN):
             return
         new, self.pending, total, self.pending_bytes = self.pending, [], self.pending_bytes, 0
