@@ -139,8 +139,9 @@ def _remember(store: Store, m: Any, g: dict, got: dict, storages: dict, forced: 
     """Tell the process's write caches which storages came unchanged out of which pack entry."""
     import torch
 
-    from .cache import remember_restored
+    from .cache import prune_restored, remember_restored
 
+    prune_restored()
     by_cdata = {}
     for ti in g["tensors"]:
         us = storages.get(ti)

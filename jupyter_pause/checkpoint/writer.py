@@ -360,6 +360,10 @@ def write(
     if cache is not None:
         cache.chunks = dict(run.new_chunks)
         cache.storages = new_memos.finalize()
+        cache.storage_hashes = {
+            x: {k: v for k, v in tensor_entries[gi].items() if k != "key"}
+            for gi, x in tw.hashes.items()
+        }
     warnings = []
     if keep is not None:
         try:
@@ -398,15 +402,23 @@ class _TensorWriter:
         self.pending: list[tuple[int, Any, str]] = []
         self.pending_bytes = 0
         self.reuse: dict[str, list[tuple[int, Any, str]]] = {}  # old pack -> unchanged storages
+        self.hashes: dict[int, str] = {}  # index -> xxh3 of the storage (tensor_check="xxh3")
 
     def add(self, us: Any, dtype: str, seen: list) -> int:
         gi = len(self.entries)
         run, cache = self.run, self.cache
         old = None
-        if cache is not None and cache.tensor_check == "version":
-            old = cache.unchanged_storage(us, seen)
-            if old is not None and not run.has(old["blob"]):
+        if cache is not None and cache.tensor_check == "xxh3" and us.device.type == "cpu":
+            import xxhash
+
+            x = self.hashes[gi] = xxhash.xxh3_128(_tensors.storage_bytes(us)).hexdigest()
+            old = cache.storage_hashes.get(x)
+            if old is not None and old.get("nbytes") != us.nbytes():
                 old = None
+        elif cache is not None and cache.tensor_check == "version":
+            old = cache.unchanged_storage(us, seen)
+        if old is not None and not run.has(old["blob"]):
+            old = None
         if old is not None:
             # decided at the end: reused only if enough of the old pack is still in use
             self.entries.append(dict(old, key=f"t{gi}"))

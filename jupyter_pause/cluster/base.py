@@ -93,6 +93,9 @@ class PauseContext(_Context):
 
     checkpoints: list[str] = dataclasses.field(default_factory=list)
     snapshot: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # "stop": no checkpoint and no snapshot were taken (snapshot() is not called); release()
+    # only frees the accelerator, and the resume starts fresh kernels.
+    mode: str = "pause"
 
 
 @dataclasses.dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -60,6 +61,18 @@ def parse_reply(reply: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def own_client(kernel_manager: Any) -> Any:
+    """A client of one kernel (its ``KernelManager``) with a session of its own.
+
+    ``kernel_manager.client()`` hands every client the manager's session, whose id is also the
+    ZMQ identity of the client's shell socket: with two such clients open, the kernel's replies
+    go to whichever socket connected last and the other one waits forever.
+    """
+    session = kernel_manager.session.clone()
+    session.session = uuid.uuid4().hex  # also resets bsession, the socket identity
+    return kernel_manager.client(session=session)
+
+
 class _LineSplitter:
     """Reassembles stdout ``stream`` messages into lines and reports progress lines."""
 
@@ -101,7 +114,10 @@ async def call_bridge(
 
     ``kernel_client`` is a started ``jupyter_client.asynchronous.AsyncKernelClient`` (channels
     running). Use a client of your own: IOPub messages of other requests that arrive on it while
-    this waits are consumed and dropped. ``progress(done, total)`` may be sync or async.
+    this waits are consumed and dropped. Never a ``kernel_manager.client()``: that client shares
+    the manager's session id, which is its shell socket's ZMQ identity, so with a second such
+    client open the reply may go to the other socket and this call hangs until ``timeout``.
+    Make it with :func:`own_client`. ``progress(done, total)`` may be sync or async.
     ``timeout`` bounds the whole call (including waiting for a busy kernel); on timeout the
     result is ``{"ok": False, "error": ..., "timeout": True}`` and the kernel may still be
     working on the request.

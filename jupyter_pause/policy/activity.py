@@ -22,6 +22,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ..kernel.client import own_client
+
 
 def _kernel(km: Any, kernel_id: str) -> Any | None:
     try:
@@ -52,7 +54,7 @@ async def not_activity(serverapp: Any, kernel_id: str, *, settle: float = 2.0
     client = None
     watcher = None
     try:
-        client = kernel.client()
+        client = own_client(kernel)  # never the manager's session: see own_client
         client.start_channels(shell=False, iopub=True, stdin=False, hb=False, control=False)
 
         async def watch() -> None:

@@ -19,7 +19,6 @@ from typing import Any
 
 from traitlets.config import LoggingConfigurable
 
-from .activity import not_activity
 from .idle import AutoPauser, Decision, KernelView, Observation
 from .journal import iso
 from .profiles import IdlePolicy
@@ -95,9 +94,9 @@ class IdleMonitor(LoggingConfigurable):
             if k.never_pause is not None:
                 return
             try:
-                async with not_activity(self.serverapp, k.id):
-                    res = await kbridge.call(self.serverapp, k.id, "liveness",
-                                             timeout=self.policy.probe_timeout)
+                # kbridge.call keeps the probe out of the activity record (not_activity)
+                res = await kbridge.call(self.serverapp, k.id, "liveness",
+                                         timeout=self.policy.probe_timeout)
                 k.never_pause = bool(res.get("ok") and res.get("never_pause"))
             except Exception as e:  # noqa: BLE001 - no answer cannot opt out
                 self.log.debug("jupyter_pause policy: probe of %s failed: %s", k.id, e)

@@ -12,6 +12,7 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Dict, Float, Instance, Int, List, Unicode, default
 
 from ..cluster.base import Backend, resolve_backend_class
+from .accelerator import detected_accelerator
 from .events import register_schema
 from .lifecycle import Lifecycle
 
@@ -51,9 +52,9 @@ class PauseApp(ExtensionApp):
         "auto", help="Where restored tensors go: 'auto', 'cpu' or 'cuda:N'."
     ).tag(config=True)
     accelerator = Dict(
-        {"type": "none", "count": 0},
         help='The accelerator this workspace holds, e.g. {"type": "nvidia-l4", "count": 1}; '
-        "used for accelerator-seconds released.",
+        "used for accelerator-seconds released. Default: the GPUs this server sees "
+        "(nvidia-smi, /proc/driver/nvidia, NVIDIA_VISIBLE_DEVICES), else none.",
     ).tag(config=True)
     bridge_timeout = Float(
         3600.0, help="Seconds a checkpoint or restore inside one kernel may take."
@@ -83,6 +84,10 @@ class PauseApp(ExtensionApp):
     backend_instance = Instance(Backend, allow_none=True)
     lifecycle = Instance(Lifecycle, allow_none=True)
 
+    @default("accelerator")
+    def _default_accelerator(self) -> dict[str, Any]:
+        return dict(detected_accelerator())  # never torch: the server holds no CUDA context
+
     @default("state_dir")
     def _default_state_dir(self) -> str:
         return os.path.join(jupyter_data_dir(), "jupyter-pause", "state")
@@ -100,6 +105,8 @@ class PauseApp(ExtensionApp):
                            ("JUPYTER_PAUSE_KEY_PATH", self.key_path)):
             if value:
                 os.environ[var] = value
+        # Detect now, at start-up, not on the event loop's first pause (nvidia-smi may be slow).
+        self.log.info("jupyter_pause: accelerator %s", self.accelerator)
         self.backend_instance = resolve_backend_class(self.backend)(parent=self)
         register_schema(self.serverapp)
         self.lifecycle = Lifecycle(self)

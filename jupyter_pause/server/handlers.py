@@ -42,6 +42,9 @@ class BaseHandler(ExtensionHandlerMixin, APIHandler):
 
 
 class StatusHandler(BaseHandler):
+    # A UI polling status is not the person's activity: it must not keep the workspace active.
+    _track_activity = False
+
     @tornado.web.authenticated
     async def get(self) -> None:
         self.reply(await self.lifecycle.status())
@@ -53,7 +56,8 @@ class PauseHandler(BaseHandler):
         try:
             body = self.body()
             flight = await self.lifecycle.request_pause(
-                trigger=str(body.get("trigger") or "api"), interrupt=bool(body.get("interrupt")))
+                trigger=str(body.get("trigger") or "api"), interrupt=bool(body.get("interrupt")),
+                mode=str(body.get("mode") or "pause"))
         except Refusal as e:
             return self.refuse(e)
         self.reply({"flight": flight.to_dict()}, 202)
@@ -104,6 +108,8 @@ def _open_store(app: Any) -> Any:
 
 
 class CheckpointsHandler(BaseHandler):
+    _track_activity = False  # reading, like GET status
+
     @tornado.web.authenticated
     async def get(self) -> None:
         stream = self.get_argument("stream", None)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from jupyter_core.utils import ensure_async
 
 from ..cluster.base import KernelRecord
+from ..policy.activity import not_activity
 
 
 class BridgeError(Exception):
@@ -59,16 +59,10 @@ def _stream(serverapp: Any, session: dict) -> str:
 
 
 def own_client(serverapp: Any, kernel_id: str) -> Any:
-    """A client of the kernel with a session (and so a ZMQ identity) of its own.
+    """A client of the server's kernel with a session (and so a ZMQ identity) of its own."""
+    from ..kernel.client import own_client as client_of  # see why there
 
-    ``kernel_manager.client()`` gives every client the manager's session, whose id is the shell
-    socket's identity: with two such clients open, the kernel's replies go to whichever socket
-    connected last, and the other waits forever.
-    """
-    kernel = serverapp.kernel_manager.get_kernel(kernel_id)
-    session = kernel.session.clone()
-    session.session = uuid.uuid4().hex
-    return kernel.client(session=session)
+    return client_of(serverapp.kernel_manager.get_kernel(kernel_id))
 
 
 def execution_state(serverapp: Any, kernel_id: str) -> str:
@@ -116,7 +110,10 @@ async def call(
     client = own_client(serverapp, kernel_id)
     client.start_channels()
     try:
-        res = await call_bridge(client, func, progress=progress, timeout=timeout, **kwargs)
+        # Our checkpoint/restore/liveness calls are not the person's activity: without this,
+        # they would keep /api/status's last_activity (Kubeflow's culler, JupyterHub) fresh.
+        async with not_activity(serverapp, kernel_id):
+            res = await call_bridge(client, func, progress=progress, timeout=timeout, **kwargs)
     except asyncio.TimeoutError as e:
         raise BridgeError(f"the kernel did not answer {func} within {timeout:.0f} s") from e
     finally:

@@ -1,6 +1,7 @@
 """The workspace's pause/resume state machine: one flight at a time, every transition journaled.
 
     running -> checkpointing -> snapshotting -> releasing -> paused
+    running -> releasing -> paused                 (mode "stop": no checkpoint, no snapshot)
     paused -> resuming (waiting_for_capacity) -> verifying -> ready (live)
                                                            \\-> restoring -> ready (restored)
     any step -> failed (with reason; the last good checkpoint is still there)
@@ -30,7 +31,11 @@ if TYPE_CHECKING:
     from .app import PauseApp
 
 PAUSE_STATES = ("checkpointing", "snapshotting", "releasing")
+PAUSE_MODES = ("pause", "stop")
 RESUME_STATES = ("resuming", "waiting_for_capacity", "verifying", "restoring")
+# A pause that failed with state "failed" never touched the kernels nor the checkpoints before
+# it (a checkpoint becomes visible only once complete): the person must read that, not guess.
+PAUSE_FAILED_SAFE = "Your kernels are untouched and the last good checkpoint is intact."
 # Fields kept out of the timeline (they are in the journal and the report).
 _BULKY = ("kernels", "report", "variables")
 
@@ -88,8 +93,12 @@ def apply(st: dict[str, Any], e: dict[str, Any]) -> None:
     if ev == "activity":
         st["last_activity"] = at
     elif ev == "pause_requested":
-        st["state"] = "checkpointing"
-        st["inflight"] = {"flight_id": flight, "requested": at, "kernels": [], "checkpoints": []}
+        # A stop goes straight to releasing; its kernels come with the request (no
+        # checkpoint_written will carry them), so a server that dies mid-stop still knows them.
+        stop = e.get("mode") == "stop"
+        st["state"] = "releasing" if stop else "checkpointing"
+        st["inflight"] = {"flight_id": flight, "requested": at, "mode": e.get("mode") or "pause",
+                          "kernels": e.get("kernels", []) if stop else [], "checkpoints": []}
     elif ev == "checkpoint_written":
         inflight = st.get("inflight") or {"flight_id": flight}
         inflight.update(kernels=e.get("kernels", []), checkpoints=e.get("checkpoints", []),
@@ -330,8 +339,14 @@ class Lifecycle:
     def can_resume(self) -> bool:
         return self.state.get("pause") is not None
 
-    async def request_pause(self, trigger: str = "manual", interrupt: bool = False) -> Flight:
+    async def request_pause(self, trigger: str = "manual", interrupt: bool = False,
+                            mode: str = "pause") -> Flight:
+        """Start (or join) a pause. ``mode="stop"`` shuts the kernels down without a checkpoint
+        or snapshot (the idle policy's stop profiles): files stay, memory does not, and the
+        resume starts fresh kernels."""
         # No await before self.flight is set: concurrent requests must see each other.
+        if mode not in PAUSE_MODES:
+            raise Refusal(f"unknown pause mode {mode!r} (expected pause or stop)", 400)
         if self.flight is not None:
             if self.flight.kind == "pause":
                 return self.flight
@@ -342,8 +357,8 @@ class Lifecycle:
         if not desc.get("can_pause", True):
             raise Refusal(f"pausing is not possible here: {desc.get('why_not') or 'backend'}")
         flight = self._new_flight("pause", trigger)
-        flight.task = asyncio.ensure_future(self._run_pause(flight, interrupt or
-                                                            self.app.interrupt_busy))
+        flight.task = asyncio.ensure_future(self._run_pause(
+            flight, interrupt or self.app.interrupt_busy, mode))
         return flight
 
     async def request_resume(self, trigger: str = "manual") -> Flight:
@@ -375,39 +390,48 @@ class Lifecycle:
 
     # ---------------------------------------------------------------- pause
 
-    async def _run_pause(self, flight: Flight, interrupt: bool) -> None:
+    async def _run_pause(self, flight: Flight, interrupt: bool, mode: str = "pause") -> None:
         t0 = time.monotonic()
         step = "checkpointing"
+        stop = mode == "stop"
         try:
-            await self._record("pause_requested", trigger=flight.trigger)
-            records = await kbridge.running_kernels(self.serverapp)
-            await self._wait_idle(records, interrupt)
-            await self._checkpoint_all(records, flight)
-            total = sum(r.bytes_total for r in records)
-            written = sum(r.bytes_written for r in records)
-            await self._record(
-                "checkpoint_written", bytes_written=written, bytes_total=total,
-                checkpoints=[r.checkpoint_id for r in records],
-                kernels=[r.to_dict() for r in records],
-            )
-            metrics.CHECKPOINT_BYTES.labels(self.app.backend_name).inc(written)
-            metrics.CHECKPOINT_SIZE.labels(self.app.backend_name).set(total)
-
-            step = "snapshotting"
+            if stop:
+                records = await kbridge.running_kernels(self.serverapp)
+                await self._record("pause_requested", trigger=flight.trigger, mode=mode,
+                                   kernels=[r.to_dict() for r in records])
+            else:
+                await self._record("pause_requested", trigger=flight.trigger, mode=mode)
+                records = await kbridge.running_kernels(self.serverapp)
+            await self._wait_idle(records, interrupt)  # a stop never kills a running cell either
             ctx = PauseContext(
                 flight_id=flight.id, trigger=flight.trigger, serverapp=self.serverapp,
                 kernels=records, accelerator=dict(self.app.accelerator),
-                _report=self._backend_report, _progress=self._backend_progress,
-                checkpoints=[r.checkpoint_id for r in records],
+                _report=self._backend_report, _progress=self._backend_progress, mode=mode,
             )
-            self._set_step("snapshotting", "Snapshotting the workspace")
-            snap = await self.backend.snapshot(ctx) or {}
-            ctx.snapshot = snap
-            await self._record("snapshot_ready", snapshot=snap.get("snapshot"),
-                               backend=self.app.backend_name, skipped=bool(snap.get("skipped")))
+            snap: dict[str, Any] = {}
+            if not stop:
+                await self._checkpoint_all(records, flight)
+                total = sum(r.bytes_total for r in records)
+                written = sum(r.bytes_written for r in records)
+                ctx.checkpoints = [r.checkpoint_id for r in records]
+                await self._record(
+                    "checkpoint_written", bytes_written=written, bytes_total=total,
+                    checkpoints=ctx.checkpoints, kernels=[r.to_dict() for r in records],
+                )
+                metrics.CHECKPOINT_BYTES.labels(self.app.backend_name).inc(written)
+                metrics.CHECKPOINT_SIZE.labels(self.app.backend_name).set(total)
+
+                step = "snapshotting"
+                self._set_step("snapshotting", "Snapshotting the workspace")
+                snap = await self.backend.snapshot(ctx) or {}
+                ctx.snapshot = snap
+                await self._record("snapshot_ready", snapshot=snap.get("snapshot"),
+                                   backend=self.app.backend_name,
+                                   skipped=bool(snap.get("skipped")))
 
             step = "releasing"
-            self._set_step("releasing", "Releasing the accelerator")
+            self._set_step("releasing", "Stopping the kernels" if stop
+                           else "Releasing the accelerator")
             rel = await self.backend.release(ctx) or {}
             await self._record("accelerator_released", accelerator=dict(self.app.accelerator),
                                released=bool(rel.get("released", True)),
@@ -485,7 +509,7 @@ class Lifecycle:
                 err = str(res.get("error") or "unknown error")
                 reason = "storage_full" if "space" in err.lower() else "checkpoint_error"
                 raise StepError(f"checkpoint of {rec.label} failed: {err}", reason=reason,
-                                hint="The kernel is untouched; fix the cause and pause again.")
+                                hint="Fix the cause and pause again.")
             rec.token = res.get("token") or token
             rec.pid = res.get("pid")
             rec.checkpoint_id = res.get("checkpoint_id")
@@ -523,21 +547,37 @@ class Lifecycle:
                 if kid:
                     self._watch_first_cell(flight, kid, rec)
 
-            step = "verifying"
-            t1 = time.monotonic()
-            self._set_step("verifying", "Checking whether the live kernels came back",
-                           state="verifying")
-            platform = await self.backend.restored_live(ctx)
-            await asyncio.gather(*(self._verify(ctx, rec, outcomes) for rec in records))
-            fresh = [r for r in records if outcomes[r.kernel_id]["outcome"] == "fresh"]
-            await self._record(
-                "verified", platform_live=platform,
-                outcome="live" if all(o["outcome"] == "live" for o in outcomes.values())
-                else "fresh",
-                kernels=[{"path": r.path, "kernel_id": ctx.kernel_map.get(r.kernel_id),
-                          "live": outcomes[r.kernel_id]["outcome"] == "live"} for r in records],
-            )
-            marks["verify_s"] = time.monotonic() - t1
+            fresh: list[KernelRecord] = []
+            if pause.get("mode") == "stop":
+                # Stopped without a checkpoint: nothing to verify, nothing to restore, ever.
+                for rec in records:
+                    outcomes[rec.kernel_id] = _stopped_outcome(rec, ctx.kernel_map.get(
+                        rec.kernel_id))
+            else:
+                step = "verifying"
+                t1 = time.monotonic()
+                self._set_step("verifying", "Checking whether the live kernels came back",
+                               state="verifying")
+                platform = await self.backend.restored_live(ctx)
+                await asyncio.gather(*(self._verify(ctx, rec, outcomes) for rec in records))
+                fresh = [r for r in records if outcomes[r.kernel_id]["outcome"] == "fresh"]
+                why = getattr(self.backend, "restore_reason", None) if platform is False \
+                    else None
+                if why:
+                    # Say why the live process did not come back (e.g. "pod was cold-started:
+                    # snapshot for another GPU model ..."), not only that it did not.
+                    for r in fresh:
+                        prior = outcomes[r.kernel_id].get("reason")
+                        outcomes[r.kernel_id]["reason"] = f"{why}; {prior}" if prior else why
+                await self._record(
+                    "verified", platform_live=platform, restore_reason=why,
+                    outcome="live" if all(o["outcome"] == "live" for o in outcomes.values())
+                    else "fresh",
+                    kernels=[{"path": r.path, "kernel_id": ctx.kernel_map.get(r.kernel_id),
+                              "live": outcomes[r.kernel_id]["outcome"] == "live"}
+                             for r in records],
+                )
+                marks["verify_s"] = time.monotonic() - t1
 
             if fresh:
                 step = "restoring"
@@ -726,6 +766,8 @@ class Lifecycle:
             "timeout" if isinstance(exc, asyncio.TimeoutError) else "other")
         message = str(exc) or exc.__class__.__name__
         hint = getattr(exc, "hint", None)
+        if flight.kind == "pause" and state_after == "failed":
+            hint = f"{PAUSE_FAILED_SAFE} {hint or 'Pause again to retry.'}"
         if not isinstance(exc, (StepError, BackendError)):
             self.log.exception("jupyter_pause: %s failed during %s", flight.kind, step)
             message = f"{step} failed: {message}"
@@ -759,6 +801,19 @@ class Lifecycle:
         connections = sum(getattr(km, "_kernel_connections", {}).get(k, 0) for k in ids)
         await self._record("activity", flight=False, busy_kernels=busy, connections=connections,
                            kernels=len(ids))
+
+
+def _stopped_outcome(rec: KernelRecord, kernel_id: str | None) -> dict[str, Any]:
+    """A kernel after a "stop" (no checkpoint): the backend's kernel as it is, never restored."""
+    if not kernel_id:
+        return {"kernel_id": None, "outcome": "failed",
+                "reason": "no kernel came back for this notebook"}
+    if kernel_id == rec.kernel_id:  # the backend kept it running (LocalBackend.stop_kernels)
+        return {"kernel_id": kernel_id, "outcome": "live",
+                "reason": "the kernel kept running through the stop"}
+    return {"kernel_id": kernel_id, "outcome": "fresh",
+            "reason": "stopped without a checkpoint (idle stop): a fresh kernel; the notebook's "
+            "files are as they were saved"}
 
 
 def _variable(v: dict[str, Any]) -> dict[str, Any]:

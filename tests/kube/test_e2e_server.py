@@ -14,6 +14,7 @@ import pytest
 
 from jupyter_pause.cluster.kube import Kube
 from jupyter_pause.cluster.resume import resume_workspace
+from jupyter_pause.server.kernels import own_client
 
 from .conftest import NS, notebook_pod
 from .test_doctor_cli import kubeconfig
@@ -52,7 +53,7 @@ async def _run(serverapp, kernel_id: str, code: str) -> str:
         if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
             out.append(msg["content"]["text"])
 
-    kc = serverapp.kernel_manager.get_kernel(kernel_id).client()
+    kc = own_client(serverapp, kernel_id)  # the manager's session id would be shared
     kc.start_channels()
     try:
         await kc.wait_for_ready(timeout=60)

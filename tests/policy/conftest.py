@@ -67,7 +67,10 @@ class Server:
         return kid
 
     async def run(self, kernel_id, code, *, wait=True):
-        kc = self.serverapp.kernel_manager.get_kernel(kernel_id).client()
+        from jupyter_pause.kernel.client import own_client
+
+        # a session of its own: a wait=False client stays open while the next one runs
+        kc = own_client(self.serverapp.kernel_manager.get_kernel(kernel_id))
         kc.start_channels()
         try:
             await kc.wait_for_ready(timeout=60)

@@ -1,4 +1,5 @@
-"""The monitor's own loop in a running server, real clock: a cpu-small workspace is stopped."""
+"""The monitor's own loop in a running server, real clock: a cpu-small workspace is stopped
+(``mode="stop"``: no checkpoint) and comes back with a fresh kernel."""
 
 from __future__ import annotations
 
@@ -25,8 +26,16 @@ async def test_loop_auto_pauses_an_idle_workspace(srv):
     assert srv.lifecycle.state["state"] == "paused"
     p = await srv.api("GET", "policy")
     assert p["profile"]["action"] == "stop" and p["state"] == "inactive"
-    # this lifecycle has no checkpoint-less "stop": the monitor falls back to a full pause
+    # cpu-small's action is "stop": no checkpoint, no snapshot, only the kernels go down
     events = [e["event"] for e in srv.journal()]
-    assert "checkpoint_written" in events and "accelerator_released" in events
-    assert [e["trigger"] for e in srv.journal() if e["event"] == "pause_requested"] == ["idle"]
+    assert "accelerator_released" in events
+    assert "checkpoint_written" not in events and "snapshot_ready" not in events
+    (req,) = [e for e in srv.journal() if e["event"] == "pause_requested"]
+    assert req["trigger"] == "idle" and req["mode"] == "stop"
     assert not srv.serverapp.kernel_manager.list_kernel_ids()  # the kernels are gone
+    # and the resume starts a fresh kernel (nothing to restore), never "restored"
+    await srv.api("POST", "resume")
+    await srv.lifecycle.wait()
+    st = await srv.api("GET", "status")
+    assert st["state"] == "ready" and st["outcome"] == "fresh", st
+    assert [k["outcome"] for k in st["last_report"]["kernels"]] == ["fresh"]

@@ -9,6 +9,7 @@ import time
 import pytest
 import tornado.httpclient
 
+from jupyter_pause.kernel.client import call_bridge, own_client
 from jupyter_pause.policy.activity import not_activity
 from jupyter_pause.server import kernels as kbridge
 
@@ -153,10 +154,38 @@ async def test_our_kernel_calls_are_not_user_activity(srv, jp_fetch):
     await srv.api("GET", "policy")
     await srv.api("GET", "report")
     assert await _status_last_activity(jp_fetch) == before
-    # without the guard the same call would have counted (what Kubeflow's probe would see)
+    # kbridge.call guards itself: the server's own bridge calls never count either
     await kbridge.call(srv.serverapp, kid, "liveness", timeout=30)
+    assert await _status_last_activity(jp_fetch) == before
+    # without the guard the same call would have counted (what Kubeflow's probe would see)
+    kc = own_client(srv.serverapp.kernel_manager.get_kernel(kid))
+    kc.start_channels()
+    try:
+        assert (await call_bridge(kc, "liveness", timeout=30))["pid"]
+    finally:
+        kc.stop_channels()
     await asyncio.sleep(0.3)
     assert await _status_last_activity(jp_fetch) > before
+
+
+async def test_activity_watch_has_a_session_of_its_own(srv, monkeypatch):
+    """not_activity's IOPub client must not share the manager's session id (ZMQ identity)."""
+    kid = await srv.open_notebook()
+    kernel = srv.serverapp.kernel_manager.get_kernel(kid)
+    made = []
+    real = type(kernel).client
+
+    def spy(self, **kwargs):
+        c = real(self, **kwargs)
+        made.append(c)
+        return c
+
+    monkeypatch.setattr(type(kernel), "client", spy)
+    async with not_activity(srv.serverapp, kid):
+        await asyncio.sleep(0)
+    (c,) = made
+    assert c.session.session != kernel.session.session
+    assert c.session.key == kernel.session.key  # still signs messages the kernel accepts
 
 
 async def test_a_person_running_a_cell_meanwhile_still_counts(srv, jp_fetch):

@@ -46,3 +46,15 @@ class WokeUp(LocalBackend):
     async def release(self, ctx):
         return {"released": False, "woke_up": True,
                 "reason": "this pod was restored from the pod snapshot"}
+
+
+class ColdStarted(LocalBackend):
+    """The platform says the pod came back cold, and why (as the GKE backend does)."""
+
+    name = "cold-started"
+    REASON = ("pod was cold-started: snapshot for another GPU model "
+              "(snapshot nvidia-l4, node nvidia-tesla-t4)")
+
+    async def restored_live(self, ctx):
+        self.restore_reason = self.REASON
+        return False

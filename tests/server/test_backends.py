@@ -34,7 +34,8 @@ async def test_failed_snapshot_keeps_kernels_and_checkpoint(ws, jp_serverapp):
     await ws.run(kid, "s = 5")
     _, st = await ws.flight("pause")
     assert st["state"] == "failed" and "pod snapshot failed" in st["reason"], st
-    assert st["hint"] == "The checkpoint is the way back."
+    assert st["hint"] == ("Your kernels are untouched and the last good checkpoint is intact. "
+                          "The checkpoint is the way back.")
     assert st["last_checkpoint"] is not None  # written before the snapshot was tried
     assert kid in jp_serverapp.kernel_manager  # nothing was stopped
     assert (await ws.run(kid, "print(s)")).strip() == "5"

@@ -1,0 +1,116 @@
+"""Where the server meets the policy, the kernels and the cluster backends: own clients, our
+bridge calls not counted as activity, checkpoint-less stops, and why a resume was cold."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from jupyter_pause.server import kernels as kbridge
+
+from pause_test_backends import ColdStarted
+
+pytestmark = pytest.mark.timeout(180)
+
+
+async def test_two_own_clients_open_at_once_each_get_their_reply(ws):
+    nb = await ws.open_notebook("two.ipynb")
+    kid = nb["kernel"]["id"]
+    a, b = ws.client(kid), ws.client(kid)
+    try:
+        assert a.session.session != b.session.session  # distinct shell socket identities
+        ra, rb = await asyncio.gather(
+            a.execute_interactive("import time; time.sleep(0.5); 1", timeout=30),
+            b.execute_interactive("2", timeout=30))
+        assert ra["content"]["status"] == rb["content"]["status"] == "ok"
+    finally:
+        a.stop_channels()
+        b.stop_channels()
+
+
+async def _last_activity(ws):
+    return json.loads((await ws.fetch("api", "status")).body)["last_activity"]
+
+
+async def _settled(ws, kid):
+    kernel = ws.serverapp.kernel_manager.get_kernel(kid)
+    for _ in range(200):
+        if kernel.execution_state == "idle":
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)
+
+
+async def test_our_bridge_calls_and_status_polls_are_not_user_activity(ws):
+    nb = await ws.open_notebook("quiet.ipynb")
+    kid = nb["kernel"]["id"]
+    await ws.run(kid, "q = 1")
+    await _settled(ws, kid)
+    before = await _last_activity(ws)
+    app = ws.lifecycle.app
+    res = await kbridge.call(ws.serverapp, kid, "liveness", timeout=30)
+    assert res["pid"]
+    res = await kbridge.call(ws.serverapp, kid, "checkpoint", timeout=60,
+                             store_url=app.store_url, key_path=app.key_path, stream="quiet",
+                             token=None, meta={}, keep=None)
+    assert res["ok"], res
+    for _ in range(3):  # a UI polling status and the checkpoint list
+        await ws.status()
+        await ws.api("GET", "checkpoints")
+    assert await _last_activity(ws) == before
+    # a cell the person runs still counts
+    await ws.run(kid, "q += 1")
+    await _settled(ws, kid)
+    assert await _last_activity(ws) > before
+
+
+async def test_stop_mode_skips_checkpoint_and_resumes_fresh(ws, jp_serverapp, pause_dirs):
+    nb = await ws.open_notebook("small.ipynb")
+    kid = nb["kernel"]["id"]
+    await ws.run(kid, "gone = 1\nopen('kept.txt', 'w').write('files survive')")
+    flight, st = await ws.flight("pause", {"trigger": "idle", "mode": "stop"})
+    assert st["state"] == "paused", st
+    assert list(jp_serverapp.kernel_manager.list_kernel_ids()) == []  # released
+    events = [e for e in ws.journal() if e.get("flight") == flight["id"]]
+    names = [e["event"] for e in events]
+    assert names == ["pause_requested", "accelerator_released", "paused"], names
+    assert events[0]["mode"] == "stop" and events[0]["trigger"] == "idle"
+    assert st["last_checkpoint"] is None
+    assert list(pause_dirs["store"].rglob("*.json")) == []  # no checkpoint written
+
+    flight, st = await ws.flight("resume")
+    assert st["state"] == "ready" and st["outcome"] == "fresh", st
+    (k,) = st["last_report"]["kernels"]
+    assert k["outcome"] == "fresh" and "without a checkpoint" in k["reason"]
+    assert k["kernel_id"] != kid and k["variables"] == []
+    names = [e["event"] for e in ws.journal() if e.get("flight") == flight["id"]]
+    assert "verified" not in names and "restored" not in names
+    out = await ws.run(k["kernel_id"], "print('gone' in globals(), open('kept.txt').read())")
+    assert out.strip() == "False files survive"
+    sessions = json.loads((await ws.fetch("api", "sessions")).body)
+    assert [s["kernel"]["id"] for s in sessions if s["path"] == "small.ipynb"] == [k["kernel_id"]]
+
+
+async def test_unknown_pause_mode_is_refused(ws):
+    from tornado.httpclient import HTTPClientError
+
+    with pytest.raises(HTTPClientError) as e:
+        await ws.api("POST", "pause", {"mode": "hibernate"})
+    assert e.value.code == 400
+    assert ws.lifecycle.flight is None and (await ws.status())["state"] == "running"
+
+
+@pytest.mark.parametrize("pause_config", [
+    {"PauseApp": {"backend": "pause_test_backends.ColdStarted"}, "LocalBackend": {}}])
+async def test_cold_start_reason_reaches_the_report(ws):
+    nb = await ws.open_notebook("cold.ipynb")
+    await ws.run(nb["kernel"]["id"], "c = 3")
+    await ws.flight("pause")
+    _, st = await ws.flight("resume")
+    assert st["state"] == "ready" and st["outcome"] == "restored", st
+    (k,) = st["last_report"]["kernels"]
+    assert k["outcome"] == "restored" and ColdStarted.REASON in k["reason"], k["reason"]
+    verified = [e for e in ws.journal() if e["event"] == "verified"][-1]
+    assert verified["platform_live"] is False and verified["restore_reason"] == ColdStarted.REASON
