@@ -132,7 +132,10 @@ class _Verifier:
 
     def report(self) -> None:
         if self.progress:
-            self.progress(min(self.done, self.total), self.total)
+            try:
+                self.progress(min(self.done, self.total), self.total)
+            except Exception:  # noqa: BLE001 - a broken progress display must not fail a restore
+                self.progress = None
 
 
 def _remember(store: Store, m: Any, g: dict, got: dict, storages: dict, forced: Any) -> None:

@@ -88,7 +88,11 @@ class _Run:
             return
         self.last_report = now
         total = max(self.known, self.estimate, self.done)
-        self.progress(min(self.done, total), total)
+        try:
+            self.progress(min(self.done, total), total)
+        except Exception:  # a broken progress display must not fail a checkpoint
+            log.warning("progress callback failed; no more progress reports", exc_info=True)
+            self.progress = None
 
     # blobs ---------------------------------------------------------------------------------
     def has(self, digest: str) -> bool:
@@ -370,8 +374,11 @@ def write(
             retain(store, stream, keep)
         except Exception as e:  # noqa: BLE001 - the checkpoint is safe; gc() can clean up
             warnings.append(f"retention clean-up failed: {reason_of(e)}")
-    if progress:
-        progress(manifest.bytes_total, manifest.bytes_total)
+    if run.progress:
+        run.last_report = 0.0
+        run.done = run.known = manifest.bytes_total
+        run.estimate = 0
+        run.report(force=True)
     res = WriteResult(
         manifest=manifest,
         checkpoint_id=ckpt_id,
@@ -408,7 +415,12 @@ class _TensorWriter:
         gi = len(self.entries)
         run, cache = self.run, self.cache
         old = None
-        if cache is not None and cache.tensor_check == "xxh3" and us.device.type == "cpu":
+        # no tensor with a version counter on this storage (inference-mode tensors have none,
+        # or only the bare storage is referenced): fall back to hashing its bytes
+        hashed = cache is not None and (
+            cache.tensor_check == "xxh3" or (cache.tensor_check == "version" and not seen)
+        )
+        if hashed and us.device.type == "cpu":
             import xxhash
 
             x = self.hashes[gi] = xxhash.xxh3_128(_tensors.storage_bytes(us)).hexdigest()

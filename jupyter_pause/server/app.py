@@ -83,6 +83,8 @@ class PauseApp(ExtensionApp):
 
     backend_instance = Instance(Backend, allow_none=True)
     lifecycle = Instance(Lifecycle, allow_none=True)
+    # Set when this app's configuration could not be applied (see update_config).
+    config_error: str | None = None
 
     @default("accelerator")
     def _default_accelerator(self) -> dict[str, Any]:
@@ -98,7 +100,21 @@ class PauseApp(ExtensionApp):
 
     # ------------------------------------------------------------------ jupyter_server hooks
 
+    def update_config(self, config: Any) -> None:
+        try:
+            super().update_config(config)
+        except Exception as e:
+            # jupyter_server only logs a failed link and loads the extension anyway, with every
+            # trait after the bad one left at its default: e.g. the default checkpoint store and
+            # key instead of the configured ones. Remember it, so that no pause or resume runs
+            # on such a half-applied configuration (the lifecycle refuses them, saying why).
+            self.config_error = f"invalid jupyter_pause configuration: {e}"
+            raise
+
     def initialize_settings(self) -> None:
+        if self.config_error:
+            self.log.error("jupyter_pause: %s; pause and resume are disabled until it is fixed",
+                           self.config_error)
         # Kernels inherit the server's environment: this makes the magics (%checkpoint,
         # %restore, %resume) use the store and key the server uses.
         for var, value in (("JUPYTER_PAUSE_STORE_URL", self.store_url),

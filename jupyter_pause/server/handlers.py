@@ -95,6 +95,9 @@ class RecomputeHandler(BaseHandler):
                 raise Refusal(f"recompute in {path} failed: {e}") from e
             if res.get("ok") is False:
                 raise Refusal(f"recompute in {path} failed: {res.get('error')}")
+            # The report now says what the re-run brought back (journaled, so it survives).
+            await self.lifecycle.record_recompute(path, rec.kernel_id,
+                                                  list(res.get("variables") or []))
         except Refusal as e:
             return self.refuse(e)
         self.reply({"variables": res.get("variables", [])})

@@ -24,7 +24,7 @@ EVENTS = frozenset({
     "activity", "pause_requested", "checkpoint_written", "snapshot_ready", "accelerator_released",
     "paused", "resume_requested", "waiting_for_capacity", "pod_scheduled", "verified", "restored",
     "kernel_usable", "first_cell_ran", "ready", "failed", "auto_pause_announced",
-    "auto_pause_cancelled",
+    "auto_pause_cancelled", "recomputed",
 })
 
 

@@ -144,6 +144,8 @@ def apply(st: dict[str, Any], e: dict[str, Any]) -> None:
                     (parse_iso(at) - parse_iso(report["requested"])).total_seconds(), 3)
             except (KeyError, TypeError, ValueError):
                 pass
+    elif ev == "recomputed":
+        _merge_recomputed(st.get("last_report"), e)
     elif ev == "failed":
         after = e.get("state_after") or "failed"
         if e.get("kind") == "pause":
@@ -155,6 +157,26 @@ def apply(st: dict[str, Any], e: dict[str, Any]) -> None:
                   outcome="failed" if e.get("kind") == "resume" else None)
         if e.get("report") is not None:
             st["last_report"] = e["report"]
+
+
+def _merge_recomputed(report: dict[str, Any] | None, e: dict[str, Any]) -> None:
+    """Fold a ``recomputed`` event (POST recompute) into the last report's kernel of that path:
+    the variables it re-ran become "recomputed" (or "failed", with the reason)."""
+    kernel = next((k for k in (report or {}).get("kernels") or []
+                   if k.get("path") == e.get("path")), None)
+    if kernel is None:
+        return
+    rows = kernel.setdefault("variables", [])
+    by_name = {v.get("name"): v for v in rows}
+    for v in e.get("variables") or []:
+        row = by_name.get(v.get("name"))
+        if row is None:
+            row = _variable(v)
+            rows.append(row)
+            by_name[row["name"]] = row
+        row["status"], row["reason"] = v.get("status"), v.get("reason")
+        # A failed re-run may be retried; a recomputed variable is done.
+        row["recomputable"] = bool(row.get("cell")) and v.get("status") == "failed"
 
 
 class Lifecycle:
@@ -271,6 +293,13 @@ class Lifecycle:
         """Public: journal an event outside a flight (policy: auto_pause_announced/cancelled)."""
         return asyncio.ensure_future(self._record(event, flight=False, **fields))
 
+    async def record_recompute(self, path: str, kernel_id: str,
+                               variables: list[dict[str, Any]]) -> None:
+        """Journal a POST recompute's outcome; ``apply`` marks it in ``last_report`` (persisted
+        with state.json) and the event makes the UI re-read the report."""
+        await self._record("recomputed", flight=False, path=path, kernel_id=kernel_id,
+                           variables=[_variable(v) for v in variables])
+
     def _emit(self, event: str) -> None:
         emit_lifecycle(self.serverapp, {
             "state": self.state["state"], "outcome": self.state.get("outcome"),
@@ -317,6 +346,11 @@ class Lifecycle:
         }
 
     def _refresh_backend_desc(self) -> None:
+        if self.app.config_error:  # never pause with a half-applied config (another store)
+            self._backend_desc = {"name": self.app.backend_name, "configured": False,
+                                  "can_pause": False, "why_not": f"{self.app.config_error}; "
+                                  "fix it and restart the server"}
+            return
         if time.monotonic() - self._backend_desc_at < 30 or (
             self._desc_task and not self._desc_task.done()
         ):
@@ -368,6 +402,9 @@ class Lifecycle:
             raise Refusal("a pause is in progress; resume when it has finished")
         if not self.can_resume():
             raise Refusal("the workspace is not paused; there is nothing to resume")
+        if self.app.config_error:  # its checkpoints are in the configured store, not the default
+            raise Refusal(f"resuming is not possible: {self.app.config_error}; fix it and "
+                          "restart the server")
         flight = self._new_flight("resume", trigger)
         flight.task = asyncio.ensure_future(self._run_resume(flight))
         return flight

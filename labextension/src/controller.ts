@@ -9,6 +9,7 @@ import {
   IActionView,
   IBusyKernel,
   IFlight,
+  IPolicy,
   IReportVariable,
   isFlightActive,
   IStatus,
@@ -39,6 +40,10 @@ export class PauseController implements IDisposable {
     this._trans = options.trans;
     this._idleInterval = Math.max(5, options.pollInterval ?? 30) * 1000;
     this._throttler = new Throttler(() => this.refresh(), { limit: 250, edge: 'trailing' });
+    this._policyThrottler = new Throttler(() => this.refreshPolicy(), {
+      limit: 250,
+      edge: 'trailing'
+    });
     this._poll = new Poll({
       name: 'jupyter-pause:status',
       factory: async () => {
@@ -68,6 +73,21 @@ export class PauseController implements IDisposable {
 
   get status(): IStatus | null {
     return this._status;
+  }
+
+  /** The idle policy's state (`GET policy`), null until read or without the policy module. */
+  get policy(): IPolicy | null {
+    return this._policy;
+  }
+
+  /** `Date.now()` when `policy` was read (its `seconds_left` counts from then). */
+  get policyReadAt(): number {
+    return this._policyReadAt;
+  }
+
+  /** Emitted after each read of `GET policy`. */
+  get policyChanged(): ISignal<this, IPolicy | null> {
+    return this._policyChanged;
   }
 
   get error(): string | null {
@@ -146,6 +166,45 @@ export class PauseController implements IDisposable {
     if (status) {
       this._statusRead.emit({ previous, current: status });
     }
+    if (this._policy?.enabled) {
+      void this.refreshPolicy(); // an announcement whose event this page missed
+    }
+  }
+
+  /** Re-read `GET policy` (auto-pause state). Never throws: a failure hides the countdown. */
+  async refreshPolicy(): Promise<void> {
+    if (this._isDisposed) {
+      return;
+    }
+    const seq = ++this._policySeq;
+    let policy: IPolicy | null = null;
+    try {
+      policy = await requestAPI<IPolicy>('policy', {}, this._settings);
+    } catch (reason) {
+      console.debug('jupyter-pause: no policy state', reason);
+    }
+    if (this._isDisposed || seq !== this._policySeq) {
+      return; // a newer read is under way
+    }
+    this._policy = policy;
+    this._policyReadAt = Date.now();
+    this._policyChanged.emit(policy);
+  }
+
+  /** `POST policy/cancel`: the person is here; the auto-pause must not happen. */
+  async cancelAutoPause(): Promise<void> {
+    try {
+      this._policy = await requestAPI<IPolicy>(
+        'policy/cancel',
+        { method: 'POST', body: '{}' },
+        this._settings
+      );
+      this._policyReadAt = Date.now();
+      this._policySeq++;
+      this._policyChanged.emit(this._policy);
+    } finally {
+      void this.refreshPolicy();
+    }
   }
 
   /** `POST pause`; resolves with the flight, rejects with the server's one-line message. */
@@ -158,7 +217,10 @@ export class PauseController implements IDisposable {
     return this._start('resume', { trigger: 'manual' });
   }
 
-  /** `POST recompute`: re-run the recorded cells of skipped variables of one notebook. */
+  /**
+   * `POST recompute`: re-run the recorded cells of skipped variables of one notebook. The
+   * server marks them in its `last_report`; resolves once that report has been re-read.
+   */
   async recompute(path: string, names: string[]): Promise<IReportVariable[]> {
     try {
       const reply = await requestAPI<{ variables: IReportVariable[] }>(
@@ -168,7 +230,7 @@ export class PauseController implements IDisposable {
       );
       return reply.variables ?? [];
     } finally {
-      void this.refresh();
+      await this.refresh();
     }
   }
 
@@ -180,6 +242,7 @@ export class PauseController implements IDisposable {
     this._events?.stream.disconnect(this._onEvent, this);
     this._poll.dispose();
     this._throttler.dispose();
+    this._policyThrottler.dispose();
     Signal.clearData(this);
   }
 
@@ -205,6 +268,11 @@ export class PauseController implements IDisposable {
     }
     // Show the new state at once; the throttled re-read fills in the rest (timeline, report).
     const data = event as any;
+    if (data.event && data.event !== 'progress' && this._policy?.enabled !== false) {
+      // auto_pause_announced / _cancelled, and any transition (a pause starting ends the
+      // announcement): the event carries no countdown, GET policy has it.
+      void this._policyThrottler.invoke();
+    }
     if (this._status && typeof data.state === 'string') {
       this._status = {
         ...this._status,
@@ -236,6 +304,11 @@ export class PauseController implements IDisposable {
   private _idleInterval: number;
   private _poll: Poll;
   private _throttler: Throttler;
+  private _policyThrottler: Throttler;
+  private _policy: IPolicy | null = null;
+  private _policyReadAt = 0;
+  private _policySeq = 0;
+  private _policyChanged = new Signal<this, IPolicy | null>(this);
   private _events: Event.IManager | null = null;
   private _status: IStatus | null = null;
   private _lastRead: IStatus | null = null;

@@ -16,6 +16,7 @@ import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { CommandToolbarButton } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
+import { AutoPauseNotice } from './autopause';
 import { PauseController, IStatusChange } from './controller';
 import { pauseIcon, resumeIcon } from './icons';
 import { runMagic } from './kernelcmd';
@@ -411,7 +412,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     }
 
+    // The idle policy's countdown with a Cancel button (GET policy, POST policy/cancel).
+    new AutoPauseNotice(controller, trans);
+
     void controller.refresh();
+    void controller.refreshPolicy();
     console.debug('jupyter-pause: activated');
   }
 };

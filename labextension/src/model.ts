@@ -715,3 +715,96 @@ export function hasNewReport(seen: string | null, next: IStatus | null): boolean
   }
   return report.flight_id !== seen;
 }
+
+// ---------------------------------------------------------------- auto-pause announcement
+
+/** `GET policy` (the idle policy's auto-pause state); only the fields the UI uses. */
+export interface IPolicy {
+  enabled: boolean;
+  /** disabled | watching | announced | firing | inactive (a flight runs, or paused). */
+  state: string;
+  profile?: {
+    name: string;
+    action?: 'pause' | 'stop' | 'none' | string;
+    idle_after?: number;
+    grace_period?: number;
+  } | null;
+  deadline?: string | null;
+  seconds_left?: number | null;
+  cancellable?: boolean;
+  last_decision?: { kind: string; reason: string } | null;
+}
+
+/** What the auto-pause announcement shows; null when nothing is announced. */
+export interface IAutoPauseView {
+  /** Identifies one announcement (its deadline): a new one gets a new notification. */
+  key: string;
+  secondsLeft: number;
+  message: string;
+}
+
+/** A countdown: 4:59, 0:07, 1:02:03. Rounds up so "0:00" shows only when the time is up. */
+export function formatCountdown(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || !isFinite(seconds)) {
+    return '?';
+  }
+  const total = Math.max(0, Math.ceil(seconds));
+  const h = Math.floor(total / 3600);
+  const m = Math.floor((total % 3600) / 60);
+  const s = String(total % 60).padStart(2, '0');
+  return h > 0 ? `${h}:${String(m).padStart(2, '0')}:${s}` : `${m}:${s}`;
+}
+
+/** A rounded idle time for sentences: 45 s, 20 min, 1 h, 1 h 30 min, 2 days. */
+export function formatIdleTime(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || !isFinite(seconds) || seconds < 0) {
+    return '?';
+  }
+  if (seconds < 60) {
+    return `${Math.round(seconds)} s`;
+  }
+  const minutes = Math.round(seconds / 60);
+  if (minutes < 60) {
+    return `${minutes} min`;
+  }
+  if (minutes >= 48 * 60 && minutes % (24 * 60) === 0) {
+    return `${minutes / (24 * 60)} days`;
+  }
+  const h = Math.floor(minutes / 60);
+  const m = minutes % 60;
+  return m ? `${h} h ${m} min` : `${h} h`;
+}
+
+/**
+ * The announcement of an auto-pause, `elapsed` seconds after `policy` was read (the countdown
+ * runs on the browser's clock from the server's `seconds_left`, so clock skew does not
+ * matter). Null unless an auto-pause is announced and can still be cancelled.
+ */
+export function describeAutoPause(
+  policy: IPolicy | null,
+  elapsed: number,
+  trans: ITrans
+): IAutoPauseView | null {
+  if (!policy || !policy.enabled || policy.state !== 'announced' || !policy.cancellable) {
+    return null;
+  }
+  const left = Math.max(0, (policy.seconds_left ?? 0) - Math.max(0, elapsed));
+  const countdown = formatCountdown(left);
+  const profile = policy.profile?.name ?? '?';
+  const idle = formatIdleTime(policy.profile?.idle_after);
+  const message =
+    policy.profile?.action === 'stop'
+      ? trans.__(
+          'This workspace will stop its kernels in %1 because it has been idle for %2 (profile %3).',
+          countdown,
+          idle,
+          profile
+        )
+      : trans.__(
+          'This workspace will pause in %1 because it has been idle for %2 (profile %3).',
+          countdown,
+          idle,
+          profile
+        );
+  return { key: policy.deadline ?? `${profile}:${policy.seconds_left}`, secondsLeft: left, message };
+}

@@ -52,7 +52,6 @@ export class PauseReportBody extends Widget {
 
   private _results = new Map<string, string>();
   private _running = new Set<string>();
-  private _recomputed = new Map<string, Set<string>>();
 
   private _render(): void {
     const trans = this._trans;
@@ -134,7 +133,6 @@ export class PauseReportBody extends Widget {
     try {
       const vars = await this._controller.recompute(path, names);
       const ok = vars.filter(v => v.status === 'recomputed').map(v => v.name);
-      this._recomputed.set(path, new Set([...(this._recomputed.get(path) ?? []), ...ok]));
       const bad = vars.filter(v => v.status !== 'recomputed');
       text = trans.__('Recomputed: %1.', ok.join(', ') || trans.__('nothing'));
       if (bad.length) {
@@ -164,16 +162,8 @@ export class PauseReportBody extends Widget {
     if (kernel.checkpoint_id && kernel.outcome === 'restored') {
       section.append(el('p', 'jp-PauseReport-meta', trans.__('Checkpoint %1', kernel.checkpoint_id)));
     }
-    // Names recomputed from this dialog count as recomputed even before the server's report
-    // says so.
-    const done = (kernel.path && this._recomputed.get(kernel.path)) || new Set<string>();
-    const groups = groupVariables(
-      (kernel.variables ?? []).map(v =>
-        done.has(v.name) && v.status !== 'recomputed'
-          ? { ...v, status: 'recomputed', recomputable: false, reason: null }
-          : v
-      )
-    );
+    // The server marks recomputed variables in its report (POST recompute updates it).
+    const groups = groupVariables(kernel.variables ?? []);
     const list = (heading: string, vars: IReportVariable[], group: string) => {
       if (vars.length === 0) {
         return;

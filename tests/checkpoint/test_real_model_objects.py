@@ -46,10 +46,9 @@ def test_checkpoint_right_after_a_restore_writes_almost_nothing(store, key):
 
 def test_training_step_with_a_few_untouched_parameters_does_not_pin_the_old_pack(store, key):
     """Fine-tuning leaves some parameters unchanged (no gradient: MiniLM's unused pooler, frozen
-    layers). The next checkpoint reuses their old pack entries by reference, so it references the
-    WHOLE previous pack for a few bytes: MiniLM + AdamW after one more step reports 518 MiB "in
-    total" for 260 MiB of tensors, restoring it reads both packs (543 MB), and retention cannot
-    free the old pack while any kept checkpoint points into it."""
+    layers). Reusing their old pack entries by reference must not pin the WHOLE previous pack
+    for a few bytes (MiniLM + AdamW after one more step: 518 MiB "in total" for 260 MiB of
+    tensors, and a restore that read both packs, 543 MB)."""
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -83,6 +82,24 @@ def test_training_step_with_a_few_untouched_parameters_does_not_pin_the_old_pack
         f"{first.bytes_total} bytes of state (the whole previous pack is kept for "
         f"{model[2].weight.nbytes + model[2].bias.nbytes} unchanged bytes)"
     )
+
+
+def test_unchanged_inference_tensor_is_not_rewritten(store, key):
+    """``SentenceTransformer.encode(..., convert_to_tensor=True)`` (and any code under
+    ``torch.inference_mode()``) returns inference tensors. They have no version counter, so the
+    cache never recognises them as unchanged: embeddings of a whole corpus are written again at
+    every checkpoint. (A plain tensor of the same size writes 0 bytes the second time.) Hashing
+    them (xxh3, as for numpy buffers) would tell."""
+    torch = pytest.importorskip("torch")
+    with torch.inference_mode():
+        corpus_embeddings = torch.randn(2000, 384)
+    assert corpus_embeddings.is_inference()
+    ns = {"corpus_embeddings": corpus_embeddings}
+    cache = WriteCache()
+    first = write(ns, store, key=key, cache=cache)
+    assert first.bytes_written >= corpus_embeddings.nbytes
+    second = write(ns, store, key=key, cache=cache)
+    assert second.bytes_written < 64 * 1024, f"{second.bytes_written} bytes rewritten"
 
 
 def test_hugging_face_objects_roundtrip(store, key):

@@ -335,3 +335,12 @@ def test_numpy_views_keep_sharing_memory(store, key):
     v["big"][7, 0] = 5.0
     assert v["bigrow"][0] == 5.0
     np.testing.assert_array_equal(v["alone"], np.arange(5.0, 10.0))
+
+
+def test_a_failing_progress_callback_never_fails_the_checkpoint(store, key):
+    def broken(done, total):
+        raise RuntimeError("the progress display broke")
+
+    res = write({"a": 1, "arr": np.zeros(300_000)}, store, key=key, progress=broken)
+    assert statuses(res.variables) == {"a": "saved", "arr": "saved"}
+    assert read(store, key=key, progress=broken).values["a"] == 1

@@ -130,6 +130,13 @@ class LabServer:
                 self.proc.wait(10)
 
 
+def _defaults_not_in(extra: list[str], defaults: list[str]) -> list[str]:
+    """The defaults that `extra` does not set: a trait given twice on the command line is a
+    config error (the server would then run with that trait and later ones at their defaults)."""
+    given = {arg.split("=", 1)[0] for arg in extra}
+    return [arg for arg in defaults if arg.split("=", 1)[0] not in given]
+
+
 def start_lab(
     base: Path, extra: list[str], settings_overrides: dict[str, dict] | None = None
 ) -> LabServer:
@@ -172,9 +179,11 @@ def start_lab(
         f"--LabApp.user_settings_dir={settings}",
         f"--LabApp.workspaces_dir={workspaces}",
         "--LabServerApp.extension_manager=readonly",
-        f"--PauseApp.state_dir={home / 'state'}",
-        f"--PauseApp.store_url={home / 'store'}",
-        f"--PauseApp.key_path={home / 'checkpoint.key'}",
+        *_defaults_not_in(extra, [
+            f"--PauseApp.state_dir={home / 'state'}",
+            f"--PauseApp.store_url={home / 'store'}",
+            f"--PauseApp.key_path={home / 'checkpoint.key'}",
+        ]),
         *extra,
     ]
     if os.geteuid() == 0:

@@ -104,6 +104,8 @@ async def test_gke_pause_then_cold_start_restores_from_checkpoint(
     assert st["state"] == "ready" and st["outcome"] == "restored", st
     (k,) = st["last_report"]["kernels"]
     assert k["outcome"] == "restored"
+    # the person reads why the live process did not come back, not only that it did not
+    assert "pod was cold-started: snapshot for another GPU model" in k["reason"], k["reason"]
     assert {v["name"]: v["status"] for v in k["variables"]}["x"] == "restored"
     assert json.loads(await _run(jp_serverapp, k["kernel_id"],
                                  "import json; print(json.dumps([x, items]))")) == [42, ["a", "b"]]
@@ -113,6 +115,7 @@ async def test_gke_pause_then_cold_start_restores_from_checkpoint(
                lifecycle.journal.journal_path.read_text().splitlines()]
     verified = [e for e in journal if e["event"] == "verified"][-1]
     assert verified["platform_live"] is False
+    assert verified["restore_reason"] == lifecycle.backend.restore_reason
     ready = [e for e in journal if e["event"] == "snapshot_ready"][-1]
     assert ready["snapshot"] == snap["metadata"]["name"]
     # single-use: once the resume is verified the used snapshot and its trigger go (policy stays)

@@ -7,10 +7,9 @@ import asyncio
 import json
 
 import pytest
+from pause_test_backends import ColdStarted
 
 from jupyter_pause.server import kernels as kbridge
-
-from pause_test_backends import ColdStarted
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -114,3 +113,19 @@ async def test_cold_start_reason_reaches_the_report(ws):
     assert k["outcome"] == "restored" and ColdStarted.REASON in k["reason"], k["reason"]
     verified = [e for e in ws.journal() if e["event"] == "verified"][-1]
     assert verified["platform_live"] is False and verified["restore_reason"] == ColdStarted.REASON
+
+
+def test_a_stop_journals_its_kernels_so_a_restart_mid_stop_can_resume():
+    from jupyter_pause.server.lifecycle import apply, default_state
+
+    st = default_state()
+    kernels = [{"kernel_id": "k1", "path": "small.ipynb", "stream": "small.ipynb"}]
+    apply(st, {"seq": 1, "at": "2026-01-01T00:00:00Z", "flight": "pause-1", "kind": "pause",
+               "event": "pause_requested", "trigger": "idle", "mode": "stop",
+               "kernels": kernels})
+    # no checkpoint step: load() settles "releasing" as paused (not "the pause did not happen")
+    assert st["state"] == "releasing" and st["inflight"]["kernels"] == kernels
+    apply(st, {"seq": 2, "at": "2026-01-01T00:00:01Z", "flight": "pause-1", "kind": "pause",
+               "event": "paused", "recovered": True})
+    assert st["pause"]["mode"] == "stop" and st["pause"]["kernels"] == kernels
+    assert st["last_checkpoint"] is None

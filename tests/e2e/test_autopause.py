@@ -1,0 +1,88 @@
+"""Real-browser test of the auto-pause announcement: the idle policy announces a pause, the page
+shows a countdown with Cancel, and Cancel (or coming back to work) keeps the workspace running."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from .labserver import LabServer, needs_chromium, shot
+from .test_ui import cell_output, expect, open_notebook, run_cell
+
+pytestmark = [pytest.mark.e2e, needs_chromium]
+
+IDLE_AFTER = 6  # s without kernel activity before the policy announces
+# Checked every second; a long grace period so that nothing is paused while the test runs.
+POLICY_ARGS = (
+    "--IdlePolicy.enabled=True",
+    "--IdlePolicy.profile=gpu-experiment",
+    "--IdlePolicy.interval=1",
+    "--IdlePolicy.profiles="
+    + json.dumps({"gpu-experiment": {"idle_after": IDLE_AFTER, "grace_period": 300}}),
+)
+ANNOUNCED = re.compile(
+    r"This workspace will pause in [45]:\d\d because it has been idle for 6 s "
+    r"\(profile gpu-experiment\)"
+)
+
+
+def journal(lab: LabServer) -> list[dict]:
+    path = lab.home / "state" / "journal.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def announcement(page):
+    return page.locator(".Toastify__toast", has_text="This workspace will pause in")
+
+
+def test_auto_pause_countdown_and_cancel(lab_factory, page) -> None:
+    lab = lab_factory(*POLICY_ARGS)
+    lab.write_notebook("idle.ipynb", "", "", "")
+    panel = open_notebook(page, lab, "idle.ipynb")
+    run_cell(page, panel, 0, "keep = 123\nprint('kept', keep)")
+    expect()(cell_output(panel, 0)).to_contain_text("kept 123", timeout=60_000)
+
+    # Idle for IDLE_AFTER s with the page connected: announced, with a countdown.
+    toast = announcement(page)
+    expect()(toast).to_be_visible(timeout=60_000)
+    expect()(toast).to_contain_text(ANNOUNCED)
+    first = toast.inner_text()
+    page.wait_for_timeout(2_100)  # it counts down
+    assert toast.inner_text() != first, first
+    policy = lab.api("GET", "jupyter-pause/api/policy")
+    assert policy["state"] == "announced" and policy["cancellable"], policy
+    assert policy["profile"]["name"] == "gpu-experiment" and 0 < policy["seconds_left"] <= 300
+    shot(page, "11-auto-pause-announced")
+
+    # Cancel: the server cancels it (journaled as by the user) and the countdown goes away.
+    toast.get_by_role("button", name="Cancel").click()
+    expect()(announcement(page)).to_have_count(0, timeout=10_000)
+    policy = lab.api("GET", "jupyter-pause/api/policy")
+    assert policy["state"] == "watching" and not policy["cancellable"], policy
+    assert policy["last_decision"]["kind"] == "cancel", policy
+    cancelled = [e for e in journal(lab) if e["event"] == "auto_pause_cancelled"]
+    assert [e["by"] for e in cancelled] == ["user"], cancelled
+
+    # Announced again an idle period later; coming back to work (a cell) cancels it too, and
+    # the page hides it when the server says so (auto_pause_cancelled).
+    expect()(announcement(page)).to_be_visible(timeout=60_000)
+    run_cell(page, panel, 1, "print('still here', keep + 1)")
+    expect()(cell_output(panel, 1)).to_contain_text("still here 124", timeout=60_000)
+    expect()(announcement(page)).to_have_count(0, timeout=15_000)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        cancelled = [e for e in journal(lab) if e["event"] == "auto_pause_cancelled"]
+        if len(cancelled) >= 2:
+            break
+        time.sleep(0.2)
+    assert [e["by"] for e in cancelled[:2]] == ["user", "activity"], cancelled
+
+    # Nothing was paused: the same kernel runs with its variables.
+    assert not any(e["event"] == "pause_requested" for e in journal(lab))
+    status = lab.pause_status()
+    assert status["state"] == "running" and len(status["kernels"]) == 1, status
+    run_cell(page, panel, 2, "print('keep is', keep)")
+    expect()(cell_output(panel, 2)).to_contain_text("keep is 123", timeout=60_000)
