@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import psutil
+
 from .errors import CheckpointError, IntegrityError, NotFoundError, StorageFullError
 from .keys import jupyter_data_dir
 from .manifest import Manifest, parse, verify
@@ -408,7 +410,7 @@ class Store:
                 started = float(info["started"])
                 alive = now - started < LEASE_MAX_AGE
                 if alive and info.get("host") == host:
-                    alive = _pid_alive(int(info["pid"]))
+                    alive = psutil.pid_exists(int(info["pid"]))
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             if alive:
@@ -501,16 +503,6 @@ def _owner(tmp_name: str) -> str:
     # temp names are "<checkpoint id>-<random>.part"; checkpoint ids contain one '-'
     parts = tmp_name.split("-")
     return "-".join(parts[:2])
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _write_all(fd: int, mv: memoryview) -> None:

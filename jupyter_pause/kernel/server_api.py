@@ -17,6 +17,8 @@ import ssl
 import urllib.parse
 from typing import Any
 
+import psutil
+
 log = logging.getLogger(__name__)
 
 API_PREFIX = "jupyter-pause/api/"
@@ -26,25 +28,11 @@ class ServerError(Exception):
     """One line for the person: no server, refused request, unreachable server."""
 
 
-def _pid_alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _ancestors() -> list[int]:
     pids = [os.getppid()]
     try:
-        import psutil
-
         pids += [p.pid for p in psutil.Process(os.getppid()).parents()]
-    except Exception:  # psutil missing or no permission: the parent is enough
+    except psutil.Error:  # no permission: the parent is enough
         log.debug("cannot list ancestor processes", exc_info=True)
     return pids
 
@@ -61,7 +49,8 @@ def running_servers(runtime_dir: str | None = None) -> list[dict[str, Any]]:
                 info = json.load(f)
         except (OSError, ValueError):
             continue  # being written, or unreadable
-        if isinstance(info, dict) and _pid_alive(info.get("pid")):
+        pid = info.get("pid") if isinstance(info, dict) else None
+        if isinstance(pid, int) and pid > 0 and psutil.pid_exists(pid):
             out.append(info)
     return out
 

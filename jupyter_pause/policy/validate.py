@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import psutil
+
 EXIT = {"live": 0, "restored": 10, "fresh": 20, "error": 1}
 STREAM = "jupyter-pause-validate"
 VALUE_VAR = "jp_validate_value"
@@ -131,17 +133,12 @@ def pid_alive(pid: int | None) -> bool:
     if not pid:
         return False
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        # a zombie (exited child not reaped yet) is not alive
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
+    except psutil.AccessDenied:
         return True
-    # a zombie (exited child not reaped yet) is not alive
-    with contextlib.suppress(OSError, ValueError, IndexError), \
-            open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
-        if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True
 
 
 def kill_kernel(pid: int | None, timeout: float = 5.0) -> None:

