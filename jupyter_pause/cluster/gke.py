@@ -23,9 +23,7 @@ import hashlib
 import json
 import re
 import secrets
-import shutil
 import socket
-import subprocess
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -33,6 +31,7 @@ from typing import Any
 from traitlets import Any as AnyTrait
 from traitlets import Bool, Enum, Float, Int, Unicode
 
+from . import accelerator
 from .base import BackendError, PauseContext, ResumeContext
 from .cleanup import collect_garbage
 from .kube import (
@@ -93,17 +92,10 @@ def distilled_spec_hash(pod: dict) -> str:
 
 
 def detect_gpu_model(pod: dict | None = None) -> str | None:
-    """The GPU model this process sees: nvidia-smi, else the pod's accelerator node selector."""
-    if shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10, check=True).stdout
-            names = sorted({n.strip() for n in out.splitlines() if n.strip()})
-            if names:
-                return ",".join(names)
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return ((pod or {}).get("spec") or {}).get("nodeSelector", {}).get(ACCELERATOR_SELECTOR)
+    """The GPU model this process sees (the driver's, as an accelerator type like "nvidia-l4"),
+    else the pod's accelerator node selector."""
+    return accelerator.detected_gpu_model() or (
+        ((pod or {}).get("spec") or {}).get("nodeSelector", {}).get(ACCELERATOR_SELECTOR))
 
 
 def workspace_key(pod: dict) -> tuple[str, str] | None:
@@ -135,7 +127,8 @@ def restore_reason(pod: dict, trigger: dict | None, gpu_model: str | None) -> tu
         return False, f"pod restore failed ({detail or 'PodRestored=' + str(c.get('status'))})"
     ann = ((trigger or {}).get("metadata") or {}).get("annotations") or {}
     snap_gpu, snap_hash = ann.get(GPU_MODEL_ANNOTATION), ann.get(SPEC_HASH_ANNOTATION)
-    if snap_gpu and gpu_model and snap_gpu != gpu_model:
+    if snap_gpu and gpu_model and accelerator.gpu_model_key(snap_gpu) != \
+            accelerator.gpu_model_key(gpu_model):
         return False, (f"pod was cold-started: snapshot for another GPU model "
                        f"(snapshot taken on {snap_gpu}, this pod has {gpu_model})")
     if snap_hash and snap_hash != distilled_spec_hash(pod):
@@ -294,12 +287,26 @@ class GKEBackend(LocalBackend):
                 "stop_via": stop, "gpu_model": await self._gpu(pod)}
 
     async def release(self, ctx: PauseContext) -> dict[str, Any]:
-        if self._pause.get("woke_up") or await self._restored_here():
+        stopping = getattr(ctx, "mode", "pause") == "stop"
+        if stopping:
+            self._pause = {}  # no snapshot this time: nothing can have restored this process
+        elif self._pause.get("woke_up") or await self._restored_here():
             # Never stop a pod that a snapshot restore just brought back.
             return {"released": False, "woke_up": True,
                     "reason": "this pod was restored from the pod snapshot"}
         pod = await self.own_pod()
         mode = self._stop_mode(pod)
+        if stopping and mode == "policy":
+            # The policy stops the pod only after a snapshot (postCheckpoint: stop), and a stop
+            # takes none: only the pod's owner can stop it.
+            mode = self._owner_mode(pod) or ""
+            if not mode:
+                raise BackendError(
+                    "cannot stop this pod without a snapshot: it has no owner to stop it "
+                    "(a bare pod is stopped only by the snapshot policy after a pod snapshot)",
+                    reason="no_owner",
+                    hint="pause instead (it snapshots, then stops the pod), or run the notebook "
+                    "under a StatefulSet or a Kubeflow Workspace")
         ns = pod["metadata"]["namespace"]
         owner = pod_owner(pod)
         ctx.progress("Stopping the pod to free the accelerator")
@@ -382,13 +389,18 @@ class GKEBackend(LocalBackend):
     def _stop_mode(self, pod: dict) -> str:
         if self.stop_via != "auto":
             return self.stop_via
+        return self._owner_mode(pod) or "policy"
+
+    @staticmethod
+    def _owner_mode(pod: dict) -> str | None:
+        """How the pod's owner stops it ("workspace", "statefulset"); None for a bare pod."""
         labels = pod["metadata"].get("labels") or {}
         if labels.get(WORKSPACE_LABEL):
             return "workspace"
         owner = pod_owner(pod)
         if owner and owner[0] == "StatefulSet":
             return "statefulset"
-        return "policy"
+        return None
 
     async def _ensure_policy(self, ns: str, workspace: str, key: tuple[str, str],
                              postcheckpoint: str) -> str:

@@ -37,13 +37,15 @@ Results (every function returns a JSON string and never raises)::
                    "pid", "token", "warnings": []} | {"ok": false, "error": "one line"}
     restore    -> {"ok": true, "checkpoint_id", "variables", "warnings", "modules"} | {"ok": false, ...}
     liveness   -> {"ok": true, "token": str|None, "pid", "armed_at", "never_pause": bool,
-                   "restored": null | {"checkpoint_id", "at", "by"}, "provenance": bool}
+                   "restored": null | {"checkpoint_id", "at", "by", "variables"},
+                   "provenance": bool}
     recompute  -> {"ok": true, "variables": [...]} | {"ok": false, "error"}
 
 ``variables`` rows: ``{"name", "kind", "size", "status", "reason", "cell", "recomputable"}``.
 ``liveness()["restored"]`` is set once this process was rebuilt from a checkpoint (by the
 server's ``restore``, ``%restore`` or ``%resume``): the server must then NOT restore it again,
 and must not call it live either (``token`` stays None unless a pause armed it in this process).
+Its ``variables`` are that restore's rows (updated by a later recompute), for the server's report.
 """
 
 from __future__ import annotations

@@ -39,13 +39,32 @@ def never_pause() -> bool:
     return _never_pause
 
 
-def mark_restored(checkpoint_id: str | None, by: str) -> None:
+def mark_restored(
+    checkpoint_id: str | None, by: str, variables: list[dict[str, Any]] | None = None
+) -> None:
+    """Remember the restore, with its per-variable rows: the server reports them when it finds
+    a kernel that restored itself (``%resume``), as it does for a restore it ran."""
     global _restored
-    _restored = {"checkpoint_id": checkpoint_id, "at": time.time(), "by": by}
+    _restored = {
+        "checkpoint_id": checkpoint_id,
+        "at": time.time(),
+        "by": by,
+        "variables": [dict(v) for v in variables or []],
+    }
+
+
+def update_restored(rows: list[dict[str, Any]]) -> None:
+    """Replace the restore's rows that a later recompute changed (matched by name)."""
+    if not _restored:
+        return
+    changed = {r["name"]: dict(r) for r in rows if r.get("name")}
+    _restored["variables"] = [changed.get(v["name"], v) for v in _restored["variables"]]
 
 
 def restored() -> dict[str, Any] | None:
-    return dict(_restored) if _restored else None
+    if not _restored:
+        return None
+    return {**_restored, "variables": [dict(v) for v in _restored["variables"]]}
 
 
 def state() -> dict[str, Any]:

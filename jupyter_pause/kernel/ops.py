@@ -202,7 +202,7 @@ def do_restore(
             if v["recomputable"] and v["name"] not in values
         }
     )
-    liveness.mark_restored(out.checkpoint_id, by)
+    liveness.mark_restored(out.checkpoint_id, by, out.variables)
     last_restored_variables = out.variables
     return out
 
@@ -303,4 +303,5 @@ def recompute(
                     if error
                     else f"re-running cell [{key[0]}] did not define it"
                 )
+    liveness.update_restored([r for g in targets_by_cell.values() for r in g])
     return rows

@@ -11,8 +11,8 @@ from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Dict, Float, Instance, Int, List, Unicode, default
 
+from ..cluster.accelerator import detected_accelerator
 from ..cluster.base import Backend, resolve_backend_class
-from .accelerator import detected_accelerator
 from .events import register_schema
 from .lifecycle import Lifecycle
 
@@ -104,10 +104,10 @@ class PauseApp(ExtensionApp):
         try:
             super().update_config(config)
         except Exception as e:
-            # jupyter_server only logs a failed link and loads the extension anyway, with every
-            # trait after the bad one left at its default: e.g. the default checkpoint store and
-            # key instead of the configured ones. Remember it, so that no pause or resume runs
-            # on such a half-applied configuration (the lifecycle refuses them, saying why).
+            # jupyter_server only logs a failed link and loads the extension anyway, and
+            # traitlets rolls the whole section back: the default checkpoint store and key
+            # instead of the configured ones. Remember it, so that no pause or resume runs on
+            # such a configuration (the lifecycle refuses them, saying why).
             self.config_error = f"invalid jupyter_pause configuration: {e}"
             raise
 
@@ -115,6 +115,8 @@ class PauseApp(ExtensionApp):
         if self.config_error:
             self.log.error("jupyter_pause: %s; pause and resume are disabled until it is fixed",
                            self.config_error)
+        if not self.state_dir:  # "" after such a roll-back: never the server's working directory
+            self.state_dir = self._default_state_dir()
         # Kernels inherit the server's environment: this makes the magics (%checkpoint,
         # %restore, %resume) use the store and key the server uses.
         for var, value in (("JUPYTER_PAUSE_STORE_URL", self.store_url),

@@ -698,7 +698,9 @@ class Lifecycle:
             # kernel): restoring again would overwrite what the person did since.
             out.update(outcome="restored", checkpoint_id=restored.get("checkpoint_id"),
                        reason=f"already restored from checkpoint {restored.get('checkpoint_id')} "
-                       f"(by {restored.get('by')})", already=True)
+                       f"(by {restored.get('by')})", already=True,
+                       # the kernel's own restore rows, so the report lists what came back
+                       variables=list(restored.get("variables") or []))
             return
         # Only the exact token proves the same process: a kernel that reopened the notebook has
         # none, and a kernel of another pause has a different one.

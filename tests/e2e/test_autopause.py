@@ -91,3 +91,25 @@ def test_auto_pause_countdown_and_cancel(lab_factory, page) -> None:
     assert status["state"] == "running" and len(status["kernels"]) == 1, status
     run_cell(page, panel, 2, "print('keep is', keep)")
     expect()(cell_output(panel, 2)).to_contain_text("keep is 123", timeout=60_000)
+
+
+def test_countdown_goes_away_when_the_auto_pause_starts(lab_factory, page) -> None:
+    """Nobody cancels: at the deadline the policy pauses, and the countdown disappears."""
+    args = [a for a in POLICY_ARGS if not a.startswith("--IdlePolicy.profiles=")]
+    lab = lab_factory(*args, "--IdlePolicy.profiles=" + json.dumps(
+        {"gpu-experiment": {"idle_after": IDLE_AFTER, "grace_period": 8}}))
+    lab.write_notebook("away.ipynb", "", "")
+    lab.api("POST", "api/sessions", {"path": "away.ipynb", "name": "away.ipynb",
+                                     "type": "notebook", "kernel": {"name": "python3"}})
+    panel = open_notebook(page, lab, "away.ipynb")
+    run_cell(page, panel, 0, "w = 5\nprint('w set')")
+    expect()(cell_output(panel, 0)).to_contain_text("w set", timeout=60_000)
+
+    toast = page.locator(".Toastify__toast", has_text="This workspace will pause in 0:0")
+    expect()(toast).to_be_visible(timeout=60_000)
+    expect()(page.locator(".jp-PauseStatus")).to_have_attribute("data-state", "paused",
+                                                                timeout=120_000)
+    expect()(announcement(page)).to_have_count(0, timeout=10_000)
+    requested = [e for e in journal(lab) if e["event"] == "pause_requested"]
+    assert [e["trigger"] for e in requested] == ["idle"], requested
+    assert lab.api("GET", "jupyter-pause/api/policy")["state"] == "inactive"

@@ -81,9 +81,16 @@ def test_bridge_checkpoint_liveness_restore_recompute(kernel_factory, tmp_path):
         restored["token"] is None and restored["restored"]["checkpoint_id"] == res["checkpoint_id"]
     )
 
+    # liveness carries the restore's rows, so a server that finds the kernel already restored
+    # can still report what came back
+    assert {v["name"]: v["status"] for v in restored["restored"]["variables"]} == {
+        v["name"]: v["status"] for v in res["variables"]
+    }
     rec = bridge(k, "recompute", names=["squares"])
     assert rec["ok"] is True
     assert [(v["name"], v["status"]) for v in rec["variables"]] == [("squares", "recomputed")]
+    rows = {v["name"]: v for v in bridge(k, "liveness")["restored"]["variables"]}
+    assert rows["squares"]["status"] == "recomputed" and rows["data"]["status"] == "restored"
     assert k.eval("list(squares)") == [0, 1, 4, 9, 16]
     assert k.eval(STATE)[1:] == before[1:]
 

@@ -276,3 +276,60 @@ async def test_podrestored_after_ready_is_waited_for(apiserver, notebook_client,
     assert await b.restored_live(resume_ctx(recorder)) is True
     # without waiting, the same pod would have looked cold-started
     assert sim.restores
+
+
+def stop_ctx(recorder):
+    ctx = pause_ctx(recorder)
+    ctx.mode = "stop"  # an idle stop: no checkpoint, snapshot() is never called
+    return ctx
+
+
+async def test_stop_mode_bare_pod_with_policy_path_is_refused(apiserver, notebook_client, sim,
+                                                              recorder):
+    """A stop takes no snapshot, so no trigger's postCheckpoint: stop would ever stop a bare pod:
+    release must say so instead of claiming the accelerator was released."""
+    start_pod(sim, notebook_pod("nb"))
+    for stop_via in ("auto", "policy"):
+        b = backend(notebook_client, "nb", stop_via=stop_via)
+        with pytest.raises(BackendError) as err:
+            await b.release(stop_ctx(recorder))
+        assert err.value.reason == "no_owner" and "without a snapshot" in str(err.value)
+        assert err.value.hint and "pause instead" in err.value.hint
+    await asyncio.sleep(0.3)  # the simulated cluster would have acted by now
+    (pod,) = sim.pods()
+    assert pod["status"].get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
+    assert not objects(apiserver, "podsnapshotmanualtriggers")
+
+
+async def test_stop_mode_policy_path_stops_through_statefulset(apiserver, notebook_client, sim,
+                                                                recorder):
+    sim.apps.create_namespaced_stateful_set(NS, {
+        "metadata": {"name": "nb"},
+        "spec": {"replicas": 1, "serviceName": "nb",
+                 "selector": {"matchLabels": {"app": "nb"}},
+                 "template": template()}})
+    sim.wait(lambda: any(p["metadata"]["name"] == "nb-0" and p["status"].get("phase") == "Running"
+                         for p in sim.pods()), what="nb-0 running")
+    b = backend(notebook_client, "nb-0", stop_via="policy")
+    rel = await b.release(stop_ctx(recorder))
+    assert rel == {"released": True, "stopped_via": "statefulset", "owner": "nb"}
+    await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 10, "nb-0 stopped")
+    assert sim.apps.read_namespaced_stateful_set("nb", NS).spec.replicas == 0
+    assert not objects(apiserver, "podsnapshotmanualtriggers")
+
+
+async def test_stop_mode_policy_path_pauses_the_workspace(apiserver, notebook_client, sim,
+                                                           recorder):
+    sim.custom.create_namespaced_custom_object("kubeflow.org", "v1beta1", NS, "workspaces", {
+        "apiVersion": "kubeflow.org/v1beta1", "kind": "Workspace",
+        "metadata": {"name": "ws1"}, "spec": {"paused": False, "kind": "jupyterlab"}})
+    sim.wait(lambda: any(p["metadata"]["name"] == "ws-ws1-0" and
+                         p["status"].get("phase") == "Running" for p in sim.pods()),
+             what="ws-ws1-0 running")
+    b = backend(notebook_client, "ws-ws1-0", stop_via="policy")
+    rel = await b.release(stop_ctx(recorder))
+    assert rel == {"released": True, "stopped_via": "workspace", "owner": "ws1"}
+    await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 10, "workspace pod stopped")
+    ws = sim.custom.get_namespaced_custom_object("kubeflow.org", "v1beta1", NS, "workspaces",
+                                                 "ws1")
+    assert ws["spec"]["paused"] is True

@@ -160,7 +160,7 @@ def _new_session(server, path):
 def test_magics_pause_then_resume_in_a_new_kernel(server):
     kid = _new_session(server, "m.ipynb")["kernel"]["id"]
     # %pause returns while its cell still runs: the server waits for the cell to end.
-    server.run_cell(kid, "%load_ext jupyter_pause\nmagic_value = [3, 1, 4]\n%pause")
+    server.run_cell(kid, "%load_ext jupyter_pause\nmagic_value = [3, 1, 4]\nother = 'x'\n%pause")
     st = _wait_state(server, "paused")
     assert st["timeline"][0]["trigger"] == "magic"
     # JupyterLab starts a new kernel when a cell runs after the pause; %resume restores it.
@@ -171,6 +171,13 @@ def test_magics_pause_then_resume_in_a_new_kernel(server):
     assert st["state"] == "ready" and st["outcome"] == "restored", st
     (k,) = st["last_report"]["kernels"]
     assert k["kernel_id"] == kid2 and "already restored" in k["reason"]
+    # The kernel restored itself, yet the report lists what came back, as for a server restore.
+    rows = {v["name"]: v for v in k["variables"]}
+    assert set(rows) == {"magic_value", "other"}, k["variables"]
+    assert {v["status"] for v in rows.values()} == {"restored"}
+    assert rows["magic_value"]["kind"] == "list" and rows["magic_value"]["size"] > 0
+    code, out = server.cli("status")
+    assert code == 0 and "m.ipynb: restored (2 restored)" in out, out
     names = [e["event"] for e in st["timeline"]]
     assert "restored" not in names  # restored once, by %resume, not again by the server
     server.run_cell(kid2, "assert magic_value == [3, 1, 4]")

@@ -75,3 +75,7 @@ async def test_config_error_refuses_pause_instead_of_using_the_default_store(
     assert (await ws.run(kid, "print(v + 1)")).strip() == "42"
     default_store = Path(default_store_url())
     assert not default_store.exists() or list(default_store.rglob("*")) == []
+    # traitlets rolled the whole section back: the journal still goes to a real state dir
+    # (the default one), never the server's working directory.
+    assert Path(app.state_dir).is_absolute() and app.state_dir.startswith(str(tmp_path))
+    assert (Path(app.state_dir) / "state.json").exists()
