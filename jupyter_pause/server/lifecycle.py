@@ -481,8 +481,10 @@ class Lifecycle:
             raise
         except Exception as e:  # noqa: BLE001 - every failure is journaled
             woke_up = False
-            await self._fail(flight, step, e, state_after="paused" if step == "releasing"
-                             else "failed")
+            # A failed release after a checkpoint still leaves a way back (paused); a stop
+            # has no checkpoint, so its failed release is a failure.
+            await self._fail(flight, step, e, state_after="paused"
+                             if step == "releasing" and not stop else "failed")
         finally:
             self.step = None
             if self.flight is flight:

@@ -58,3 +58,13 @@ class ColdStarted(LocalBackend):
     async def restored_live(self, ctx):
         self.restore_reason = self.REASON
         return False
+
+
+class ReleaseFails(LocalBackend):
+    """The platform cannot stop the workspace (as GKE refuses to stop a bare pod with no owner)."""
+
+    name = "release-fails"
+
+    async def release(self, ctx):
+        raise BackendError("cannot stop this pod: it has no owner to stop it",
+                           reason="no_owner", hint="Pause instead, which snapshots the pod.")

@@ -115,6 +115,18 @@ async def test_cold_start_reason_reaches_the_report(ws):
     assert verified["platform_live"] is False and verified["restore_reason"] == ColdStarted.REASON
 
 
+@pytest.mark.parametrize("pause_config", [
+    {"PauseApp": {"backend": "pause_test_backends.ReleaseFails"}, "LocalBackend": {}}])
+async def test_a_stop_the_backend_refuses_ends_failed_not_paused(ws):
+    # A stop writes no checkpoint, so "paused" would promise a way back that does not exist.
+    nb = await ws.open_notebook("stop.ipynb")
+    kid = nb["kernel"]["id"]
+    await ws.run(kid, "kept = 7")
+    _, st = await ws.flight("pause", {"mode": "stop"})
+    assert st["state"] == "failed" and "no owner" in st["reason"], st
+    assert (await ws.run(kid, "print(kept)")).strip() == "7"
+
+
 def test_a_stop_journals_its_kernels_so_a_restart_mid_stop_can_resume():
     from jupyter_pause.server.lifecycle import apply, default_state
 
