@@ -37,5 +37,8 @@ if [ -z "${JUPYTER_PAUSE_SKIP_APISERVER:-}" ] && [ ! -x "$KUBE_CACHE/kube-apiser
 fi
 export KUBE_APISERVER_BIN=$KUBE_CACHE/kube-apiserver
 
+echo "== frontend unit tests"
+(cd labextension && jlpm test)
+
 echo "== pytest"
 exec python -m pytest "$@"

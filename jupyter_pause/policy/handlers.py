@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 import tornado.web
+from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 
@@ -35,6 +36,10 @@ MONITOR_KEY = "jupyter_pause_idle_monitor"
 
 
 class _Base(ExtensionHandlerMixin, APIHandler):
+    # jupyter_server's authorizer sees reads (GET) and writes (POST/DELETE) of this resource,
+    # so a deployment can grant status to viewers and pause/resume to owners only.
+    auth_resource = "jupyter_pause"
+
     def _json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
@@ -52,6 +57,7 @@ class PolicyHandler(_Base):
     _track_activity = False
 
     @tornado.web.authenticated
+    @authorized
     async def get(self) -> None:
         mon = self.monitor
         if mon is None:
@@ -63,6 +69,7 @@ class PolicyHandler(_Base):
 
 class PolicyCancelHandler(_Base):
     @tornado.web.authenticated
+    @authorized
     async def post(self) -> None:
         mon = self.monitor
         if mon is None or mon.cancel() is None:
@@ -100,6 +107,7 @@ class ReportHandler(_Base):
     _track_activity = False
 
     @tornado.web.authenticated
+    @authorized
     async def get(self) -> None:
         args = {k: self.get_argument(k) for k in self.request.arguments}
         state_dir = self.extensionapp.state_dir

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import tornado
+from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 
@@ -17,6 +18,10 @@ API = r"/jupyter-pause/api"
 
 
 class BaseHandler(ExtensionHandlerMixin, APIHandler):
+    # jupyter_server's authorizer sees reads (GET) and writes (POST/DELETE) of this resource,
+    # so a deployment can grant status to viewers and pause/resume to owners only.
+    auth_resource = "jupyter_pause"
+
     @property
     def lifecycle(self) -> Lifecycle:
         return self.extensionapp.lifecycle
@@ -46,12 +51,14 @@ class StatusHandler(BaseHandler):
     _track_activity = False
 
     @tornado.web.authenticated
+    @authorized
     async def get(self) -> None:
         self.reply(await self.lifecycle.status())
 
 
 class PauseHandler(BaseHandler):
     @tornado.web.authenticated
+    @authorized
     async def post(self) -> None:
         try:
             body = self.body()
@@ -65,6 +72,7 @@ class PauseHandler(BaseHandler):
 
 class ResumeHandler(BaseHandler):
     @tornado.web.authenticated
+    @authorized
     async def post(self) -> None:
         try:
             body = self.body()
@@ -76,6 +84,7 @@ class ResumeHandler(BaseHandler):
 
 class RecomputeHandler(BaseHandler):
     @tornado.web.authenticated
+    @authorized
     async def post(self) -> None:
         try:
             body = self.body()
@@ -114,6 +123,7 @@ class CheckpointsHandler(BaseHandler):
     _track_activity = False  # reading, like GET status
 
     @tornado.web.authenticated
+    @authorized
     async def get(self) -> None:
         stream = self.get_argument("stream", None)
 
@@ -130,6 +140,7 @@ class CheckpointsHandler(BaseHandler):
 
 class CheckpointHandler(BaseHandler):
     @tornado.web.authenticated
+    @authorized
     async def delete(self, checkpoint_id: str) -> None:
         pending = self.lifecycle.state.get("pause") or self.lifecycle.state.get("inflight") or {}
         if checkpoint_id in (pending.get("checkpoints") or []):
@@ -156,6 +167,7 @@ class GcHandler(BaseHandler):
     ``older_than`` s), then unreferenced blobs. The current pause's checkpoints are kept."""
 
     @tornado.web.authenticated
+    @authorized
     async def post(self) -> None:
         app = self.extensionapp
         try:

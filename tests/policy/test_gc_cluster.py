@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-# The Kubernetes engineer's API test server, simulated cluster and helpers (tests/kube).
+# The Kubernetes API test server, simulated cluster and fixtures of tests/kube.
 from kube import conftest as kube_conftest
 from kube.conftest import notebook_pod, pause_ctx
 from kube.test_gke_backend import backend, objects, start_pod
