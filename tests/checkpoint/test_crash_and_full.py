@@ -101,20 +101,8 @@ def _files(root):
 
 
 @pytest.fixture
-def tiny_fs(tmp_path):
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
-        capture_output=True,
-        check=False,
-    )
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    try:
-        yield str(mnt)
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
+def tiny_fs(mount_tmpfs):
+    return str(mount_tmpfs("2m"))
 
 
 def test_full_disk_is_a_clear_error_and_loses_nothing(tiny_fs, key):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -84,18 +83,8 @@ def test_failed_checkpoint_keeps_previous(kernel, tmp_path):
 
 
 @pytest.fixture
-def tiny_fs(tmp_path):
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-        check=False,
-        capture_output=True,
-    )
-    if r.returncode:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+def tiny_fs(mount_tmpfs):
+    return mount_tmpfs("1m")
 
 
 def test_disk_full_one_line_previous_intact(kernel, tiny_fs):
