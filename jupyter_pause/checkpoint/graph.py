@@ -22,6 +22,7 @@ from itertools import chain, compress, repeat
 from operator import not_
 from typing import Any
 
+_BATCH = 1 << 15
 _ATOMIC = (int, float, complex, str, bytes, bool, type(None), range, slice)
 
 
@@ -163,6 +164,42 @@ def _group(items: list[tuple[str, Any]], namespace: Any) -> Walk:
         else:
             leaf_sets.setdefault(vi, set()).update(map(id, objs))
 
+    def step(refs: list, vi: int, frontier: list) -> None:
+        """One batch of referents of variable vi's current level."""
+        # the filtering runs in C (map/compress); Python loops only over "slow" objects
+        tracked_flags = list(map(gc.is_tracked, refs))
+        tracked = list(compress(refs, tracked_flags))
+        untracked = list(compress(refs, map(not_, tracked_flags)))
+        leaf = list(compress(untracked, map(isinstance, untracked, repeat(leafy))))
+        del refs, tracked_flags, untracked
+        if ndarray is not None and leaf:
+            arrays = list(map(isinstance, leaf, repeat(ndarray)))
+            for r in compress(leaf, arrays):
+                slow(r, vi, frontier)
+            leaf = list(compress(leaf, map(not_, arrays)))
+        add_leaves(vi, leaf, frontier)
+        is_slow = list(map(isinstance, tracked, repeat(slow_tracked)))
+        for r in compress(tracked, is_slow):
+            o = owner.get(id(r))
+            if o is None:
+                slow(r, vi, frontier)
+            elif o != vi:
+                uf.union(o, vi)
+        cands = list(compress(tracked, map(not_, is_slow)))
+        if not cands:
+            return
+        ids = set(map(id, cands))
+        ids.difference_update(stop_ids)
+        for i in ids & owner.keys():
+            o = owner[i]
+            if o != vi:
+                uf.union(o, vi)
+        new = ids - owner.keys()
+        if not new:
+            return
+        owner.update(dict.fromkeys(new, vi))
+        frontier.extend({id(r): r for r in cands if id(r) in new}.values())
+
     for vi, (_name, value) in enumerate(items):
         if isinstance(value, _ATOMIC):
             continue
@@ -176,41 +213,9 @@ def _group(items: list[tuple[str, Any]], namespace: Any) -> Walk:
             else:
                 add_leaves(vi, [value], frontier)
         while frontier:
-            refs = gc.get_referents(*frontier)
-            frontier = []
-            # the filtering runs in C (map/compress); Python loops only over "slow" objects
-            tracked_flags = list(map(gc.is_tracked, refs))
-            tracked = list(compress(refs, tracked_flags))
-            untracked = list(compress(refs, map(not_, tracked_flags)))
-            leaf = list(compress(untracked, map(isinstance, untracked, repeat(leafy))))
-            del refs, tracked_flags, untracked
-            if ndarray is not None and leaf:
-                arrays = list(map(isinstance, leaf, repeat(ndarray)))
-                for r in compress(leaf, arrays):
-                    slow(r, vi, frontier)
-                leaf = list(compress(leaf, map(not_, arrays)))
-            add_leaves(vi, leaf, frontier)
-            is_slow = list(map(isinstance, tracked, repeat(slow_tracked)))
-            for r in compress(tracked, is_slow):
-                o = owner.get(id(r))
-                if o is None:
-                    slow(r, vi, frontier)
-                elif o != vi:
-                    uf.union(o, vi)
-            cands = list(compress(tracked, map(not_, is_slow)))
-            if not cands:
-                continue
-            ids = set(map(id, cands))
-            ids.difference_update(stop_ids)
-            for i in ids & owner.keys():
-                o = owner[i]
-                if o != vi:
-                    uf.union(o, vi)
-            new = ids - owner.keys()
-            if not new:
-                continue
-            owner.update(dict.fromkeys(new, vi))
-            frontier.extend({id(r): r for r in cands if id(r) in new}.values())
+            level, frontier = frontier, []
+            for refs in _batches(level):
+                step(refs, vi, frontier)
 
     _union_shared_leaves(np, uf, owner, leaves, leaf_sets)
     groups: dict[int, list[str]] = {}
@@ -221,6 +226,16 @@ def _group(items: list[tuple[str, Any]], namespace: Any) -> Walk:
     w.big_bytes = {name: big[vi] for vi, (name, _v) in enumerate(items)}
     w.array_ids = array_ids
     return w
+
+
+def _batches(level: list) -> Any:
+    """The referents of ``level`` in slices of _BATCH. Each slice is a few milliseconds of C
+    work; between slices the interpreter can hand the GIL to the blob-writer threads, which a
+    single pass over a million objects would starve for a second or more."""
+    for i in range(0, len(level), _BATCH):
+        refs = gc.get_referents(*level[i : i + _BATCH])
+        for j in range(0, len(refs), _BATCH):
+            yield refs[j : j + _BATCH]
 
 
 def _union_shared_leaves(np: Any, uf: _UF, owner: dict, leaves: list, leaf_sets: dict) -> None:

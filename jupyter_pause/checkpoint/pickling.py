@@ -288,6 +288,25 @@ def reason_of(e: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
+class _Frames:
+    """The picklers' output file. Its ``write`` is Python code on purpose: the C pickler calls it
+    once per 64 KiB frame, and only while running Python code can the interpreter hand the GIL
+    to the blob-writer threads. Into a BytesIO, one dump of a million small objects holds the
+    GIL for seconds, and the array writes that should overlap it stall."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def write(self, data: Any) -> int:
+        # large payloads come as the object itself (bytearray, PickleBuffer): copy them now
+        b = data if type(data) is bytes else bytes(data)
+        self.parts.append(b)
+        return len(b)
+
+    def getvalue(self) -> bytes:
+        return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
+
+
 def dump_group(
     values: dict[str, Any], oob_min: int = OOB_MIN, array_ids: set[int] | None = None
 ) -> tuple[bytes, str, Ctx]:
@@ -296,7 +315,7 @@ def dump_group(
     Raises SkipVariable/StaleObject with a reason, or the pickler's own exception.
     """
     ctx = Ctx(oob_min, array_ids)
-    buf = io.BytesIO()
+    buf = _Frames()
     try:
         FastPickler(buf, ctx).dump(values)
         return buf.getvalue(), "pickle", ctx
@@ -305,7 +324,7 @@ def dump_group(
     except Exception:  # noqa: BLE001, S110 - lambdas, closures, __main__ code: dill's job
         pass
     ctx = Ctx(oob_min, array_ids)
-    buf = io.BytesIO()
+    buf = _Frames()
     _dill_class()(buf, ctx).dump(values)
     return buf.getvalue(), "dill", ctx
 

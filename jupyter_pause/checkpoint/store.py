@@ -13,6 +13,7 @@ files or blobs behind: never a manifest that points at missing or partial data.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -20,6 +21,7 @@ import os
 import re
 import secrets
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -31,6 +33,7 @@ from .keys import jupyter_data_dir
 from .manifest import Manifest, parse, verify
 
 CHUNK = 16 << 20
+_FADVISE = hasattr(os, "posix_fadvise") and sys.platform.startswith("linux")
 LEASE_MAX_AGE = 6 * 3600.0
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
@@ -256,11 +259,13 @@ class Store:
                     piece = mv[i : i + CHUNK]
                     h.update(piece)
                     _write_all(fd, piece)
+                    _write_behind(fd, size, len(piece))
                     size += len(piece)
                     txn.bytes_written += len(piece)
                     if progress:
                         progress(len(piece))
             os.fsync(fd)
+            _drop_cached(fd)
         finally:
             os.close(fd)
         digest = h.hexdigest()
@@ -503,6 +508,24 @@ def _owner(tmp_name: str) -> str:
     # temp names are "<checkpoint id>-<random>.part"; checkpoint ids contain one '-'
     parts = tmp_name.split("-")
     return "-".join(parts[:2])
+
+
+def _write_behind(fd: int, offset: int, length: int) -> None:
+    """Start writing this range to the device now. Left to itself the kernel keeps a checkpoint's
+    pages dirty until the final fsync (background writeback waits for 10% of RAM to be dirty),
+    so the disk would idle while the checkpoint is being serialized. On Linux, DONTNEED on dirty
+    pages starts their writeback without waiting for it (as PostgreSQL's flush hints do)."""
+    if _FADVISE:
+        with contextlib.suppress(OSError):
+            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+
+
+def _drop_cached(fd: int) -> None:
+    """After fsync: drop the blob's now clean pages, so a checkpoint does not leave gigabytes of
+    page cache charged to the notebook's memory cgroup."""
+    if _FADVISE:
+        with contextlib.suppress(OSError):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def _write_all(fd: int, mv: memoryview) -> None:
