@@ -5,11 +5,13 @@ import {
 import {
   Dialog,
   ICommandPalette,
+  ISessionContext,
   IToolbarWidgetRegistry,
   Notification,
   showDialog
 } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { Session } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
@@ -373,22 +375,45 @@ const plugin: JupyterFrontEndPlugin<void> = {
       if (!tracker) {
         return;
       }
-      const kernelByPath = new Map<string, string>();
+      const sessionByPath = new Map<string, Session.IModel>();
       for (const model of serviceManager.sessions.running()) {
         if (model.kernel) {
-          kernelByPath.set(model.path, model.kernel.id);
+          sessionByPath.set(model.path, model);
         }
       }
       const work: Promise<unknown>[] = [];
       tracker.forEach(panel => {
         const context = panel.sessionContext;
-        const kernelId = kernelByPath.get(panel.context.path);
-        if (!kernelId || context.isDisposed || context.session?.kernel?.id === kernelId) {
+        const model = sessionByPath.get(panel.context.path);
+        const kernelId = model?.kernel?.id;
+        if (!model || !kernelId || context.isDisposed || context.session?.kernel?.id === kernelId) {
+          return;
+        }
+        if (!context.session && adoptSession(context, model)) {
           return;
         }
         work.push(context.changeKernel({ id: kernelId }));
       });
       await Promise.all(work);
+    }
+
+    /**
+     * Connect a notebook that lost its session (its kernel was stopped by the pause) to the
+     * session the server now has for its path, as JupyterLab does when it opens a notebook.
+     * changeKernel() would start a second session on the same kernel: without a session it
+     * POSTs under a temporary path and only then renames it to the notebook's path.
+     * SessionContext has no public way to adopt an existing session, so this uses the method
+     * its own initialization uses, and falls back to changeKernel() if that ever goes away.
+     */
+    function adoptSession(context: ISessionContext, model: Session.IModel): boolean {
+      const handle = (context as unknown as {
+        _handleNewSession?: (session: Session.ISessionConnection) => unknown;
+      })._handleNewSession;
+      if (typeof handle !== 'function') {
+        return false;
+      }
+      handle.call(context, serviceManager.sessions.connectTo({ model }));
+      return true;
     }
 
     function announceFailure(previous: IStatus | null, current: IStatus): void {

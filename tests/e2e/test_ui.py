@@ -160,6 +160,10 @@ def test_pause_resume_restores_variables(lab: LabServer, page) -> None:
     run_cell(page, panel, 3, "print('next', next(gen))")
     expect()(cell_output(panel, 3)).to_contain_text("next 0", timeout=60_000)
     shot(page, "05-after-resume")
+    # The tab is back on the restored kernel, not on a second session or kernel of its own.
+    sessions = [s for s in lab.api("GET", "api/sessions") if s["path"] == "analysis.ipynb"]
+    assert len(sessions) == 1, sessions
+    assert [k["id"] for k in lab.api("GET", "api/kernels")] == [sessions[0]["kernel"]["id"]]
 
 
 def test_button_disabled_while_cell_runs(lab: LabServer, page) -> None:
