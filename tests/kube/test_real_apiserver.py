@@ -1,9 +1,10 @@
 """Tier 2: the same backends against a real kube-apiserver (v1.20.2 + etcd, RBAC on).
 
-tests/kube/scripts/run.sh starts it with an admin and the notebook's service-account identity.
-The shipped CRDs and examples/kubernetes/rbac.yaml are applied with the admin credentials; the
-backend then runs with the NOTEBOOK credentials, so these tests prove that the shipped Role lets
-the service account do its job and denies it what it does not need. The simulated cluster (admin)
+tests/kube/scripts/run.sh starts it with an admin, the notebook's service-account identity and a
+user "resumer". The shipped CRDs, examples/kubernetes/rbac.yaml and resumer-rbac.yaml (bound to
+"resumer") are applied with the admin credentials; the backend then runs with the NOTEBOOK
+credentials and `jupyter pause resume --namespace` with the RESUMER ones, so these tests prove that
+each shipped Role lets its holder do its job and denies it what it does not need. The simulated cluster (admin)
 plays scheduler, kubelet, StatefulSet/Workspace controllers and the GKE snapshot agent.
 
 Build the binary with tests/kube/scripts/build.sh (cached in ~/.cache/kube-apiserver-1.20.2) and
@@ -27,7 +28,7 @@ from kubernetes.client.rest import ApiException
 
 from jupyter_pause.cluster.doctor import run_checks
 from jupyter_pause.cluster.gke import GKEBackend
-from jupyter_pause.cluster.kube import NOTEBOOK_PERMISSIONS, Kube
+from jupyter_pause.cluster.kube import NOTEBOOK_PERMISSIONS, RESUMER_PERMISSIONS, Kube
 from jupyter_pause.cluster.resume import resume_workspace
 
 from .conftest import NS, Recorder, notebook_pod, pause_ctx, resume_ctx
@@ -89,8 +90,15 @@ def cluster(tmp_path_factory):
         core.create_namespace({"metadata": {"name": NS}})
         client.NodeV1Api(admin).create_runtime_class(
             {"metadata": {"name": "gvisor"}, "handler": "runsc"})
-        for f in ("crds/podsnapshot.gke.io.yaml", "crds/kubeflow.org.yaml", "rbac.yaml"):
+        for f in ("crds/podsnapshot.gke.io.yaml", "crds/kubeflow.org.yaml", "rbac.yaml",
+                  "resumer-rbac.yaml"):
             apply(admin, EXAMPLES / f)
+        client.RbacAuthorizationV1Api(admin).create_namespaced_role_binding(NS, {
+            "metadata": {"name": "jupyter-pause-resumer"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": "jupyter-pause-resumer"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                          "name": "resumer"}]})
         custom = client.CustomObjectsApi(admin)
         deadline = time.monotonic() + 60
         while True:  # CRDs are served once Established
@@ -114,7 +122,8 @@ def cluster(tmp_path_factory):
             {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready",
                                         "lastTransitionTime":
                                         "2026-01-01T00:00:00Z"}]}})
-        yield {"dir": d, "admin": admin, "notebook": _client(d / "notebook.kubeconfig")}
+        yield {"dir": d, "admin": admin, "notebook": _client(d / "notebook.kubeconfig"),
+               "resumer": _client(d / "resumer.kubeconfig")}
     finally:
         _stop(pids)
 
@@ -217,6 +226,25 @@ async def test_every_verb_the_product_uses_is_granted(cluster, sim):
         assert not allowed, (verb, resource)
 
 
+async def test_resumer_role_grants_what_resume_uses_and_nothing_else(cluster, sim):
+    kube = Kube(cluster["resumer"])
+    from jupyter_pause.cluster.kube import Res
+
+    for (group, resource), verbs in RESUMER_PERMISSIONS.items():
+        for verb in verbs:
+            allowed, why = await kube.access_review(verb, Res(group, "v1", resource), NS)
+            assert allowed, (verb, resource, why)
+    for verb, group, resource in (("get", "", "secrets"), ("delete", "apps", "statefulsets"),
+                                  ("patch", "", "pods"), ("deletecollection", "", "pods"),
+                                  ("delete", "podsnapshot.gke.io", "podsnapshots"),
+                                  ("create", "podsnapshot.gke.io", "podsnapshotmanualtriggers")):
+        allowed, _ = await kube.access_review(verb, Res(group, "v1", resource), NS)
+        assert not allowed, (verb, resource)
+    core = client.CoreV1Api(cluster["resumer"])
+    assert _status(core.list_namespaced_secret, NS) == 403
+    assert _status(core.list_namespaced_pod, "default") == 403  # another namespace
+
+
 async def test_gke_pause_and_resume_with_notebook_identity(cluster, sim):
     sim.apps.create_namespaced_stateful_set(NS, {
         "metadata": {"name": "nb"},
@@ -237,10 +265,10 @@ async def test_gke_pause_and_resume_with_notebook_identity(cluster, sim):
     rel = await b.release(ctx)
     assert rel["stopped_via"] == "statefulset"
     await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 20, "stopped")
-    # out of the pod, with admin credentials: bring it back; the policy restores it implicitly
+    # out of the pod, with the resumer's credentials: bring it back; the policy restores it
     sim.nodes = {}
     updates: list[dict] = []
-    task = asyncio.create_task(resume_workspace(Kube(cluster["admin"]), NS, "nb",
+    task = asyncio.create_task(resume_workspace(Kube(cluster["resumer"]), NS, "nb",
                                                 on_update=updates.append, poll=0.1,
                                                 restored_condition_wait=1))
     await asyncio.to_thread(sim.wait, lambda: any(u["state"] == "waiting_for_capacity"
@@ -286,10 +314,10 @@ async def test_kubeflow_pause_and_two_concurrent_resumes(cluster, sim):
     assert (await kf.describe())["can_pause"] is True
     assert (await kf.release(pause_ctx(rec)))["stopped_via"] == "workspace"
     await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 20, "stopped")
-    admin = Kube(cluster["admin"])
+    resumer = Kube(cluster["resumer"])
     a, b = await asyncio.gather(
-        resume_workspace(admin, NS, "ws1", poll=0.1, holder="alice", restored_condition_wait=1),
-        resume_workspace(admin, NS, "ws1", poll=0.1, holder="bob", restored_condition_wait=1))
+        resume_workspace(resumer, NS, "ws1", poll=0.1, holder="alice", restored_condition_wait=1),
+        resume_workspace(resumer, NS, "ws1", poll=0.1, holder="bob", restored_condition_wait=1))
     assert a["state"] == b["state"] == "restored_live", (a, b)
     assert snap["snapshot"] in a["reason"]
     assert sorted([a["joined"], b["joined"]]) == [False, True]
