@@ -7,13 +7,18 @@ let go of the GIL, the writers stall and the disk idles until pickling is done.
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
 import threading
 import time
 from itertools import pairwise
 
 import numpy as np
+import pytest
 
-from jupyter_pause.checkpoint import read, write
+from jupyter_pause.checkpoint import open_store, read, write
 from jupyter_pause.checkpoint.graph import _BATCH, group_variables
 from jupyter_pause.checkpoint.pickling import dump_group
 
@@ -92,3 +97,59 @@ def test_in_band_payloads_larger_than_a_pickle_frame(store, key):
     assert out["by"] == ns["by"]
     assert out["mixed"][0] is out["arr"]  # one group: the list shares the array
     assert out["mixed"][1]["k"] == bytearray(b"x" * 100_000)
+
+
+def _resident_fraction(path) -> float:
+    """Share of a file's pages in the page cache (mincore on a mapping that touches none)."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
+        try:
+            addr = ctypes.c_char.from_buffer(mm)
+            pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+            vec = ctypes.create_string_buffer(pages)
+            assert libc.mincore(ctypes.addressof(addr), size, vec) == 0, ctypes.get_errno()
+            del addr
+            return sum(b & 1 for b in vec.raw) / pages
+        finally:
+            mm.close()
+
+
+def _fs_type(path: str) -> str:
+    best, kind = "", ""
+    with open("/proc/mounts") as f:
+        for line in f:
+            mnt, fstype = line.split()[1:3]
+            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
+                best, kind = mnt, fstype
+    return kind
+
+
+@pytest.fixture
+def disk_store(key):
+    """A store on a disk-backed file system (/var/tmp; /tmp may be a tmpfs, which has no page
+    cache of its own to drop)."""
+    root = tempfile.mkdtemp(prefix="jp-test-", dir="/var/tmp")
+    if _fs_type(root) in ("tmpfs", "ramfs"):
+        shutil.rmtree(root)
+        pytest.skip("/var/tmp is a tmpfs here")
+    yield open_store(os.path.join(root, "store"))
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="page-cache hints are Linux's")
+def test_written_blobs_leave_the_page_cache(disk_store, key):
+    # once durable, a checkpoint's pages are dropped: gigabytes of page cache would otherwise stay
+    # charged to the notebook's memory (and to a pod snapshot of it)
+    store = disk_store
+    arr = np.random.default_rng(2).random(4 << 20)  # 32 MiB, out of band into its own blob
+    res = write({"arr": arr}, store, key=key)
+    big = [d for d, b in res.manifest.blobs.items() if b["size"] >= arr.nbytes]
+    assert len(big) == 1
+    assert _resident_fraction(store.blob_path(big[0])) < 0.25
+    np.testing.assert_array_equal(read(store, key=key).values["arr"], arr)
