@@ -288,6 +288,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
           f"{_size(blobs.get('bytes_freed', 0))}.")
     for c in deleted:
         print(f"  {c.get('id')}  {c.get('stream')}  {c.get('created')}")
+    for u in res.get("unverified") or []:
+        print(f"  unverified, left alone: {u.get('path')}: {u.get('reason')}")
     print(f"Remaining: {checkpoints.get('remaining', 0)} checkpoint(s).")
     return EXIT_OK
 

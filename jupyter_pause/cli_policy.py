@@ -188,7 +188,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
                 store_url=args.store or conf["store_url"],
                 state_dir=args.state_dir or conf["state_dir"],
                 keep=keep if keep is not None else int(conf["keep_checkpoints"] or 5),
-                older_than=older, dry_run=args.dry_run, backend=backend))
+                older_than=older, dry_run=args.dry_run, backend=backend,
+                key_path=args.key or conf["key_path"]))
             result["via"] = "offline"
     except Exception as e:  # noqa: BLE001 - NoServer, GCError, backend config: one line
         return _fail(str(e).splitlines()[0] if str(e) else e.__class__.__name__)
@@ -291,6 +292,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--store", help="checkpoint store (offline; default PauseApp.store_url)")
     p.add_argument("--state-dir", help="state dir (offline; default PauseApp.state_dir)")
     p.add_argument("--backend", help="also clean this backend's snapshots offline (gke, ...)")
+    p.add_argument("--key", help="checkpoint key file (offline; default PauseApp.key_path): "
+                   "only checkpoints it authenticates are counted or deleted")
     p.set_defaults(func=cmd_gc)
 
     p = subparsers.add_parser(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -12,6 +13,7 @@ from .errors import IntegrityError, KeyMismatchError
 from .keys import key_id
 
 FORMAT = "jupyter-pause/checkpoint@1"
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass
@@ -64,7 +66,7 @@ def sign(manifest: Manifest, key: bytes) -> bytes:
 def parse(raw: bytes, where: str) -> dict[str, Any]:
     try:
         d = json.loads(raw)
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: deep nesting
         raise IntegrityError(f"checkpoint manifest {where} is corrupt (not valid JSON)") from None
     if not isinstance(d, dict) or not isinstance(d.get("hmac"), str):
         raise IntegrityError(f"checkpoint manifest {where} is corrupt (no signature)")
@@ -73,24 +75,53 @@ def parse(raw: bytes, where: str) -> dict[str, Any]:
     return d
 
 
+def blob_names(d: dict[str, Any]) -> list[str]:
+    """The digests a parsed (maybe unauthenticated) manifest names; anything else is dropped."""
+    blobs = d.get("blobs")
+    if not isinstance(blobs, dict):
+        return []
+    return [n for n in blobs if isinstance(n, str) and _DIGEST.fullmatch(n)]
+
+
+def _well_formed(m: Manifest) -> bool:
+    """The shape the reader and retention rely on (checked after the HMAC, so a bug of ours,
+    never an attacker, is what this guards against; still cheaper than a traceback)."""
+    if not all(isinstance(x, str) for x in (m.id, m.stream, m.created)):
+        return False
+    if not isinstance(m.blobs, dict) or not all(
+        isinstance(k, str) and _DIGEST.fullmatch(k) and isinstance(v, dict)
+        for k, v in m.blobs.items()
+    ):
+        return False
+    return all(isinstance(x, list) for x in (m.variables, m.groups, m.tensors)) and isinstance(
+        m.meta, dict
+    )
+
+
 def verify(raw: bytes, key: bytes, where: str) -> Manifest:
     """Parse and authenticate manifest bytes; raise before anything is trusted."""
     d = parse(raw, where)
-    mac = hmac.new(key, canonical(d), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(mac, d["hmac"]):
+    try:
+        mac = hmac.new(key, canonical(d), hashlib.sha256).hexdigest()
+    except (RecursionError, ValueError):
+        raise IntegrityError(f"checkpoint manifest {where} is corrupt") from None
+    # compare_digest refuses non-ASCII str with TypeError: compare bytes
+    if not hmac.compare_digest(mac.encode(), d["hmac"].encode("utf-8", "replace")):
         if d.get("key_id") != key_id(key):
             raise KeyMismatchError(
-                f"checkpoint {d.get('id', where)} was written with another key (HMAC mismatch); "
+                f"checkpoint {where} was written with another key (HMAC mismatch); "
                 "refusing to load it"
             )
         raise IntegrityError(
-            f"checkpoint {d.get('id', where)} failed authentication (manifest modified, HMAC "
+            f"checkpoint {where} failed authentication (manifest modified, HMAC "
             "mismatch); refusing to load it"
         )
     try:
         m = Manifest.from_dict(d)
     except TypeError:
         raise IntegrityError(f"checkpoint manifest {where} is malformed") from None
+    if not _well_formed(m):
+        raise IntegrityError(f"checkpoint manifest {where} is malformed")
     m.verified = True
     return m
 

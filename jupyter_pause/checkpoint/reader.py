@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import gc
 import mmap
 import os
@@ -17,9 +18,9 @@ from . import tensors as _tensors
 from .errors import CheckpointError, IntegrityError
 from .manifest import ReadResult, VariableReport
 from .pickling import load_group, reason_of
-from .store import CHUNK, Store, _hasher, open_store
+from .store import CHUNK, Store, _hasher, open_regular, open_store
 
-MMAP_MIN = 1 << 20
+PARALLEL_MIN = 1 << 20  # blobs at least this big are verified two at a time
 
 
 class _Verifier:
@@ -42,10 +43,16 @@ class _Verifier:
         )
 
     def verify(self, digest: str) -> None:
+        """Read the blob into memory once, hashing what was read; what is later unpickled or
+        turned into tensors is that very buffer. Nothing is read from the store again after the
+        check, so swapping or rewriting the file in between changes nothing."""
         info = self.m.blobs.get(digest)
         if info is None:
             raise IntegrityError(f"checkpoint {self.m.id}: manifest references unknown blob")
-        size, kind = int(info["size"]), info.get("kind")
+        try:
+            size = int(info["size"])
+        except (KeyError, TypeError, ValueError):
+            raise IntegrityError(f"checkpoint {self.m.id}: manifest is inconsistent") from None
         path = self.store.blob_path(digest)
         h = _hasher()
         try:
@@ -55,50 +62,8 @@ class _Verifier:
                 self._tick(len(data))
                 n = len(data)
                 keep: Any = data
-            elif kind == "tensors":
-                # read sequentially into one reused buffer: fills the page cache for the mmap
-                # load that follows, without faulting in new memory
-                buf = bytearray(min(CHUNK, max(size, 1)))
-                mv = memoryview(buf)
-                n = 0
-                with open(path, "rb", buffering=0) as f:
-                    try:
-                        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-                    except (AttributeError, OSError):
-                        pass
-                    while True:
-                        r = f.readinto(mv)
-                        if not r:
-                            break
-                        h.update(mv[:r])
-                        n += r
-                        self._tick(r)
-                keep = path
-            elif size >= MMAP_MIN and hasattr(mmap, "MAP_PRIVATE"):
-                # private writable mapping: arrays restore zero-copy and stay writable
-                with open(path, "rb") as f:
-                    n = os.fstat(f.fileno()).st_size
-                    if n != size:
-                        raise self._bad(digest, f"has the wrong size ({n} != {size})")
-                    mm = mmap.mmap(
-                        f.fileno(), n, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
-                    )
-                try:
-                    mm.madvise(mmap.MADV_SEQUENTIAL)
-                except (AttributeError, OSError):
-                    pass
-                mv = memoryview(mm)
-                for i in range(0, n, CHUNK):
-                    h.update(mv[i : i + CHUNK])
-                    self._tick(min(CHUNK, n - i))
-                keep = mv
             else:
-                with open(path, "rb") as f:
-                    data = f.read()
-                h.update(data)
-                n = len(data)
-                self._tick(n)
-                keep = data
+                keep, n = self._read_local(digest, path, size, h)
         except FileNotFoundError:
             raise self._bad(digest, "is missing from the store") from None
         except OSError as e:
@@ -111,8 +76,52 @@ class _Verifier:
             raise self._bad(digest, "is corrupt (digest mismatch)")
         self.data[digest] = keep
 
+    def _read_local(self, digest: str, path: str, size: int, h: Any) -> tuple[Any, int]:
+        # one descriptor, no link followed; a private writable buffer (restored arrays and
+        # tensors use it zero-copy and stay writable)
+        if not self.store._inside(path):
+            raise self._bad(digest, "is behind a link out of the store")
+        fd = open_regular(path)
+        try:
+            n = os.fstat(fd).st_size
+            if n != size:
+                raise self._bad(digest, f"has the wrong size ({n} != {size})")
+            with contextlib.suppress(AttributeError, OSError):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            buf = _private_buffer(n)
+            mv = memoryview(buf)
+            got = 0
+            # big blobs: hash chunk i on a helper thread while chunk i+1 is read (both release
+            # the GIL), so a restore runs at the speed of the slower of the two, not their sum
+            pipe = cf.ThreadPoolExecutor(1, "jp-hash") if n > CHUNK else None
+            pending: cf.Future | None = None
+            try:
+                while got < n:
+                    r = os.readv(fd, [mv[got : got + CHUNK]])
+                    if not r:
+                        break
+                    if pending is not None:
+                        pending.result()
+                    chunk = mv[got : got + r]
+                    if pipe is not None:
+                        pending = pipe.submit(h.update, chunk)
+                    else:
+                        h.update(chunk)
+                    got += r
+                    self._tick(r)
+                if pending is not None:
+                    pending.result()
+            finally:
+                if pipe is not None:
+                    pipe.shutdown(wait=True)
+            if got == n and os.read(fd, 1):
+                got += 1  # grew while we read: the size check below refuses it
+        finally:
+            os.close(fd)
+        return buf, got
+
     def run(self, digests: list[str]) -> None:
-        big = [d for d in digests if self.m.blobs.get(d, {}).get("size", 0) >= MMAP_MIN]
+        big = [d for d in digests if self.m.blobs.get(d, {}).get("size", 0) >= PARALLEL_MIN]
         small = [d for d in digests if d not in set(big)]
         for d in small:
             self.verify(d)
@@ -136,6 +145,16 @@ class _Verifier:
                 self.progress(min(self.done, self.total), self.total)
             except Exception:  # noqa: BLE001 - a broken progress display must not fail a restore
                 self.progress = None
+
+
+def _private_buffer(n: int) -> Any:
+    """Writable memory of ``n`` bytes owned by this process. Big ones are anonymous mappings:
+    bytearray(n) zero-fills every page in user space first, which made restores ~2x slower than
+    a plain read; the kernel's zero pages are filled lazily by the read itself. Anonymous, so
+    nothing of the file is shared with the mapping: later changes to the file cannot show."""
+    if n >= PARALLEL_MIN and hasattr(mmap, "MAP_ANONYMOUS"):
+        return mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return bytearray(n)
 
 
 def _remember(store: Store, m: Any, g: dict, got: dict, storages: dict, forced: Any) -> None:
@@ -194,7 +213,7 @@ def read(
         store = open_store(store)
     if device not in ("auto", "cpu") and not device.startswith("cuda"):
         raise CheckpointError(f"unknown device policy {device!r} (use auto, cpu or cuda:N)")
-    m = store.load_manifest(key, stream, checkpoint_id)
+    m, skipped = store.choose(key, stream, checkpoint_id)
     want = None if only is None else list(dict.fromkeys(only))
     wanted = set(want) if want is not None else None
     chosen = [v for v in m.variables if wanted is None or v["name"] in wanted]
@@ -220,11 +239,17 @@ def read(
     ver.run(list(digests))  # raises before any unpickling
 
     warnings = _env.mismatches(m.env, needs_torch)
+    if skipped:
+        # a forged or damaged newest file must not block the way back: say what was passed over
+        warnings.append(
+            f"skipped {len(skipped)} newer unverifiable checkpoint file(s), restored the newest "
+            f"authentic one ({m.id}): " + "; ".join(u["reason"] for u in skipped[:3])
+        )
     mapped: dict[tuple[str, str], list[int]] = {}
     storages: dict[int, Any] = {}
     packs = _tensors.PackReader(
         lambda d: (
-            _tensors.open_pack_local(ver.data[d])
+            _tensors.open_pack_buffer(ver.data[d])
             if store.local
             else _tensors.open_pack_bytes(ver.data[d])
         )

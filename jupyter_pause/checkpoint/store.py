@@ -5,6 +5,19 @@ Layout under the root::
     blobs/<2 hex>/<digest>          immutable, content-addressed (blake3)
     manifests/<stream-slug>/<id>.json   one signed manifest per checkpoint, written last
     tmp/                            in-flight temp files and leases of running writes
+    pins/<id>                       checkpoints something outside the store still needs
+
+The store is a trust boundary: anyone who can write to it (a shared volume, a misconfigured
+bucket) can plant files there. Nothing read from it is trusted before the manifest's HMAC is
+checked, and then only where it is found: a manifest must sit in its own stream's folder under its
+own id. Blob names are checked to be digests before any path is built from them, and nothing is
+removed through a symbolic link or outside the root.
+
+Rollback: renaming an old manifest to a newer name, or copying one from another notebook's
+folder, is refused by that binding. Deleting the newest manifests cannot be told apart from a
+store that never had them: the store alone cannot detect it. The server's journal can: it records
+the checkpoint id of each pause and resume restores that id explicitly, so a deleted one is
+reported missing instead of an older one being restored in its place.
 
 Local writes go to ``tmp/`` first, are fsync'd and renamed into place, and the directories are
 fsync'd before the manifest is published, so a crash at any moment leaves only unreferenced temp
@@ -17,22 +30,30 @@ import contextlib
 import errno
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
 
 from .errors import CheckpointError, IntegrityError, NotFoundError, StorageFullError
 from .keys import jupyter_data_dir
-from .manifest import Manifest, parse, verify
+from .manifest import Manifest, blob_names, parse, verify
+
+log = logging.getLogger(__name__)
 
 CHUNK = 16 << 20
+DIGEST_RE = re.compile(r"[0-9a-f]{64}")  # blake3 hexdigest: the only valid blob name
+ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # checkpoint ids (file names)
+MANIFEST_MAX = 256 << 20  # a planted multi-GB "manifest" is refused unread
 _FADVISE = hasattr(os, "posix_fadvise") and sys.platform.startswith("linux")
 LEASE_MAX_AGE = 6 * 3600.0
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
@@ -46,6 +67,24 @@ def stream_slug(stream: str) -> str:
     """A directory name for a stream: readable, collision-free (short hash of the full name)."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", stream).strip("._")[-60:] or "stream"
     return f"{readable}-{hashlib.sha256(stream.encode()).hexdigest()[:8]}"
+
+
+def valid_digest(name: Any) -> bool:
+    return isinstance(name, str) and DIGEST_RE.fullmatch(name) is not None
+
+
+def valid_id(name: Any) -> bool:
+    return isinstance(name, str) and ID_RE.fullmatch(name) is not None
+
+
+@dataclass
+class Scan:
+    """What :meth:`Store.scan` found: authentic manifests bound to their place (newest first),
+    and every other file in the manifest folders with why it was left alone."""
+
+    verified: list[Manifest] = field(default_factory=list)
+    unverified: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}
+    errors: dict[str, CheckpointError] = field(default_factory=dict)  # path -> refusal
 
 
 def _hasher() -> Any:
@@ -100,6 +139,7 @@ class Store:
             self.fs = None
             self.root = os.path.abspath(os.path.expanduser(path))
             self.local = True
+            self._check_private()
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
@@ -109,15 +149,38 @@ class Store:
         return (os.path.join if self.local else lambda *p: "/".join(p))(self.root, *parts)
 
     def blob_path(self, digest: str) -> str:
+        # Names come from manifests, i.e. from the store itself: never build a path from a name
+        # that is not a digest (an absolute path or ``..`` would point outside the store).
+        if not valid_digest(digest):
+            raise IntegrityError(f"invalid blob name {str(digest)[:40]!r} in {self.url}; ignored")
         return self._join("blobs", digest[:2], digest)
 
     def manifest_path(self, stream: str, checkpoint_id: str) -> str:
         return self._join("manifests", stream_slug(stream), f"{checkpoint_id}.json")
 
     # -- small fs helpers ----------------------------------------------------------------------
+    def _inside(self, path: str) -> bool:
+        """True if ``path`` lies under the root with no symbolic link on the way (the file
+        itself may be one: unlinking removes the link, not its target)."""
+        rel = os.path.relpath(path, self.root)
+        if rel == "." or rel.startswith("..") or os.path.isabs(rel):
+            return False
+        cur = self.root
+        for part in rel.split(os.sep)[:-1]:
+            cur = os.path.join(cur, part)
+            try:
+                if not stat.S_ISDIR(os.lstat(cur).st_mode):
+                    return False
+            except OSError:
+                return False
+        return True
+
     def _remove(self, path: str) -> None:
         try:
             if self.local:
+                if not self._inside(path):
+                    log.warning("not removing %s: outside the store or behind a link", path)
+                    return
                 os.unlink(path)
             else:
                 self.fs.rm_file(path)
@@ -131,6 +194,8 @@ class Store:
         """Entry names (not paths) directly under ``path``; [] when missing."""
         try:
             if self.local:
+                if path != self.root and os.path.islink(path):
+                    return []  # a folder swapped for a link leads outside the store
                 return sorted(os.listdir(path))
             return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path, detail=False))
         except (FileNotFoundError, NotADirectoryError):
@@ -139,7 +204,7 @@ class Store:
     def _mtime(self, path: str) -> float:
         try:
             if self.local:
-                return os.stat(path).st_mtime
+                return os.lstat(path).st_mtime
             info = self.fs.info(path)
             for k in ("mtime", "LastModified", "updated", "created"):
                 v = info.get(k)
@@ -166,10 +231,54 @@ class Store:
             os.close(fd)
 
     def _makedirs(self, path: str) -> None:
-        if self.local:
-            os.makedirs(path, mode=0o700, exist_ok=True)  # checkpoints hold the user's data
-        else:
+        if not self.local:
             self.fs.makedirs(path, exist_ok=True)
+            return
+        # Checkpoints hold the user's data: every folder of the store is 0700 (os.makedirs
+        # applies its mode only to the last folder), and none may be a link leading elsewhere.
+        rel = os.path.relpath(path, self.root)
+        if rel.startswith("..") or os.path.isabs(rel):
+            os.makedirs(path, exist_ok=True)
+            return
+        parts = [] if rel == "." else rel.split(os.sep)
+        cur = self.root
+        for part in [None, *parts]:
+            cur = cur if part is None else os.path.join(cur, part)
+            try:
+                st = os.lstat(cur)
+            except FileNotFoundError:
+                if part is None:
+                    os.makedirs(os.path.dirname(cur), exist_ok=True)
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(cur, 0o700)
+                    os.chmod(cur, 0o700)  # the umask may have narrowed it further, never wider
+                continue
+            if part is not None and not stat.S_ISDIR(st.st_mode):
+                raise OSError(errno.ENOTDIR, f"{cur} is not a folder (a link?)")
+
+    def _check_private(self) -> None:
+        """Existing stores made before folders were private: warn, and narrow our own folders."""
+        root_is_store = any(os.path.isdir(self._join(d)) for d in ("manifests", "blobs"))
+        folders = [self.root] if root_is_store else []
+        folders += [self._join(d) for d in ("manifests", "blobs", "tmp", "pins")]
+        for d in folders:
+            try:
+                st = os.lstat(d)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(st.st_mode) or not st.st_mode & 0o077:
+                continue
+            if hasattr(os, "getuid") and st.st_uid != os.getuid():
+                log.warning("checkpoint store folder %s is readable by others (mode %o) and "
+                            "not ours to fix", d, st.st_mode & 0o777)
+                continue
+            try:
+                os.chmod(d, 0o700)
+                log.warning("checkpoint store folder %s was readable by others (mode %o); "
+                            "made it private (0700)", d, st.st_mode & 0o777)
+            except OSError as e:
+                log.warning("checkpoint store folder %s is readable by others (mode %o): %s",
+                            d, st.st_mode & 0o777, e.strerror or e)
 
     # -- writing -------------------------------------------------------------------------------
     def begin(self, checkpoint_id: str) -> Txn:
@@ -214,19 +323,24 @@ class Store:
     def has_blob(self, digest: str) -> bool:
         return self._exists(self.blob_path(digest))
 
-    def claim_blob(self, digest: str) -> bool:
+    def claim_blob(self, digest: str, size: int | None = None) -> bool:
         """True if the blob exists; locally also refresh its mtime, so a concurrent gc (which
         spares blobs newer than a running write's lease) cannot remove it while this write is
         about to reference it."""
         if not self.local:
             return self.has_blob(digest)
+        path = self.blob_path(digest)
+        if not self._inside(path):
+            return False  # behind a linked folder: put_blob refuses to write there
         try:
-            os.utime(self.blob_path(digest))
-            return True
-        except FileNotFoundError:
-            return False
+            st = os.lstat(path)
         except OSError:
-            return self.has_blob(digest)
+            return False
+        if not stat.S_ISREG(st.st_mode) or (size is not None and st.st_size != size):
+            return False  # a planted link or a wrong file: put_blob replaces it with the blob
+        with contextlib.suppress(OSError):
+            os.utime(path, follow_symlinks=False)
+        return True
 
     def put_blob(
         self,
@@ -270,12 +384,13 @@ class Store:
             os.close(fd)
         digest = h.hexdigest()
         final = self.blob_path(digest)
-        if self.claim_blob(digest):
+        if self.claim_blob(digest, size):
             os.unlink(tmp)
         else:
             d = os.path.dirname(final)
-            if not os.path.isdir(d):
-                os.makedirs(d, mode=0o700, exist_ok=True)
+            new_dir = not os.path.lexists(d)
+            self._makedirs(d)  # refuses a folder that is a link (the blob would land outside)
+            if new_dir:
                 txn.dirs.add(os.path.dirname(d))
             os.replace(tmp, final)
             txn.created.add(digest)
@@ -325,7 +440,8 @@ class Store:
 
     # -- reading -------------------------------------------------------------------------------
     def manifest_ids(self, stream: str) -> list[str]:
-        """Checkpoint ids of a stream, newest first."""
+        """Names of the manifest files of a stream, newest first (unverified: use :meth:`scan`
+        for anything that acts on them)."""
         names = self._ls(self._join("manifests", stream_slug(stream)))
         return sorted((n[:-5] for n in names if n.endswith(".json")), reverse=True)
 
@@ -337,68 +453,153 @@ class Store:
                     out.append(self._join("manifests", slug, n))
         return out
 
-    def _read_bytes(self, path: str) -> bytes:
+    def _read_bytes(self, path: str, limit: int | None = None) -> bytes:
         if self.local:
-            with open(path, "rb") as f:
+            # no link is followed: a planted link would make us read (or hash) a foreign file
+            fd = open_regular(path)
+            with os.fdopen(fd, "rb") as f:
+                if limit is not None and os.fstat(fd).st_size > limit:
+                    raise IntegrityError(f"{path} is too large to be a manifest")
                 return f.read()
+        if limit is not None and int(self.fs.size(path)) > limit:
+            raise IntegrityError(f"{path} is too large to be a manifest")
         return self.fs.cat_file(path)
 
+    def _load_at(self, path: str, slug: str, cid: str, key: bytes | None) -> Manifest:
+        """The manifest in file ``slug/cid.json``, authenticated (with a key) and bound to that
+        place: its signed id must be the file name and its signed stream the folder. Otherwise a
+        signed manifest could be replayed into another notebook, or an old one renamed to look
+        newest (a rollback)."""
+        where = f"{slug}/{cid}.json"
+        if not valid_id(cid):
+            raise IntegrityError(f"{where} is not a checkpoint file name")
+        try:
+            raw = self._read_bytes(path, MANIFEST_MAX)
+        except FileNotFoundError:
+            raise NotFoundError(f"checkpoint {cid} disappeared from {self.url}") from None
+        except OSError as e:
+            raise CheckpointError(f"cannot read checkpoint {cid}: {e.strerror or e}") from None
+        if key is not None:
+            m = verify(raw, key, cid)
+        else:
+            try:
+                m = Manifest.from_dict(parse(raw, cid))
+            except TypeError:
+                raise IntegrityError(f"checkpoint manifest {where} is malformed") from None
+        if m.id != cid:
+            raise IntegrityError(
+                f"checkpoint file {where} holds checkpoint {str(m.id)[:80]!r} (renamed: a "
+                "rollback or replay); refusing it"
+            )
+        if not isinstance(m.stream, str) or stream_slug(m.stream) != slug:
+            raise IntegrityError(
+                f"checkpoint {cid} belongs to notebook {str(m.stream)[:200]!r} but was found in "
+                f"another notebook's folder ({slug}); refusing it"
+            )
+        return m
+
+    def scan(self, stream: str | None = None, *, key: bytes | None = None) -> Scan:
+        """Every manifest file of ``stream`` (or of all streams): authentic and bound ones newest
+        first (by their signed id), the rest with the reason they are left alone.
+
+        Without a key nothing is authenticated (``verified=False``); callers that delete,
+        choose or load must pass one.
+        """
+        key = key or self.key
+        out = Scan()
+        slugs = [stream_slug(stream)] if stream is not None else self._ls(self._join("manifests"))
+        for slug in slugs:
+            for n in self._ls(self._join("manifests", slug)):
+                if not n.endswith(".json"):
+                    continue
+                p = self._join("manifests", slug, n)
+                rel = f"manifests/{slug}/{n}"
+                try:
+                    m = self._load_at(p, slug, n[:-5], key)
+                except NotFoundError:
+                    continue  # removed while we looked: a concurrent retention
+                except CheckpointError as e:
+                    out.unverified.append({"path": rel, "reason": str(e)})
+                    out.errors[rel] = e
+                    continue
+                out.verified.append(m)
+        out.verified.sort(key=lambda m: m.id, reverse=True)
+        out.unverified.sort(key=lambda u: u["path"], reverse=True)
+        return out
+
     def find_manifest(self, checkpoint_id: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9._-]+", checkpoint_id or ""):
-            raise NotFoundError(f"no checkpoint {checkpoint_id!r} in {self.url}")
+        if not valid_id(checkpoint_id):
+            raise NotFoundError(f"no checkpoint {str(checkpoint_id)[:80]!r} in {self.url}")
         for slug in self._ls(self._join("manifests")):
             p = self._join("manifests", slug, f"{checkpoint_id}.json")
             if self._exists(p):
                 return p
         raise NotFoundError(f"no checkpoint {checkpoint_id!r} in {self.url}")
 
+    def choose(
+        self, key: bytes, stream: str = "default", checkpoint_id: str | None = None
+    ) -> tuple[Manifest, list[dict[str, str]]]:
+        """The verified manifest of ``checkpoint_id`` (or the newest authentic one of ``stream``)
+        and the unverifiable manifest files skipped on the way (newer than the one chosen)."""
+        if checkpoint_id is not None:
+            self.find_manifest(checkpoint_id)  # NotFoundError when no folder has it
+            # a forged copy under the same name in another folder must not hide the real one
+            first: CheckpointError | None = None
+            for slug in self._ls(self._join("manifests")):
+                p = self._join("manifests", slug, f"{checkpoint_id}.json")
+                if not self._exists(p):
+                    continue
+                try:
+                    return self._load_at(p, slug, checkpoint_id, key), []
+                except CheckpointError as e:
+                    first = first or e
+            raise first or NotFoundError(f"no checkpoint {checkpoint_id!r} in {self.url}")
+        found = self.scan(stream, key=key)
+        if not found.verified:
+            if found.errors:  # nothing authentic: say why the newest file was refused
+                raise found.errors[found.unverified[0]["path"]]
+            raise NotFoundError(f"no checkpoint for {stream!r} in {self.url}")
+        m = found.verified[0]
+        skipped = [u for u in found.unverified if u["path"].rsplit("/", 1)[-1][:-5] > m.id]
+        return m, skipped
+
     def load_manifest(
         self, key: bytes, stream: str = "default", checkpoint_id: str | None = None
     ) -> Manifest:
-        """The verified manifest of ``checkpoint_id`` (or the newest of ``stream``)."""
-        if checkpoint_id is None:
-            ids = self.manifest_ids(stream)
-            if not ids:
-                raise NotFoundError(f"no checkpoint for {stream!r} in {self.url}")
-            path = self.manifest_path(stream, ids[0])
-            where = ids[0]
-        else:
-            path = self.find_manifest(checkpoint_id)
-            where = checkpoint_id
-        try:
-            raw = self._read_bytes(path)
-        except FileNotFoundError:
-            raise NotFoundError(f"checkpoint {where} disappeared from {self.url}") from None
-        except OSError as e:
-            raise CheckpointError(f"cannot read checkpoint {where}: {e.strerror or e}") from None
-        return verify(raw, key, where)
+        """The verified manifest of ``checkpoint_id`` (or the newest authentic one of ``stream``)."""
+        return self.choose(key, stream, checkpoint_id)[0]
 
     def list(self, stream: str | None = None, *, key: bytes | None = None) -> list[Manifest]:
         """Manifests newest first. With a key (argument or ``store.key``) only authentic ones,
-        marked ``verified``; without one, every parseable manifest with ``verified=False``."""
-        key = key or self.key
-        paths = (
-            [self.manifest_path(stream, i) for i in self.manifest_ids(stream)]
-            if stream is not None
-            else self._manifest_files()
-        )
-        out = []
-        for p in paths:
-            try:
-                raw = self._read_bytes(p)
-                if key is not None:
-                    m = verify(raw, key, p)
-                else:
-                    m = Manifest.from_dict(parse(raw, p))
-            except (OSError, IntegrityError, TypeError):
-                continue
-            out.append(m)
-        out.sort(key=lambda m: m.id, reverse=True)
-        return out
+        marked ``verified``; without one, every parseable manifest with ``verified=False``.
+        Either way only manifests found in their own place (see :meth:`scan`)."""
+        return self.scan(stream, key=key).verified
 
     def delete(self, checkpoint_id: str) -> None:
-        """Remove a checkpoint's manifest; its blobs go at the next :func:`gc`."""
-        self._remove(self.find_manifest(checkpoint_id))
+        """Remove a checkpoint's manifest; its blobs go at the next :func:`gc`. With a key
+        (``store.key``) only the authentic manifest of that id, where it belongs."""
+        path = self.find_manifest(checkpoint_id)
+        if self.key is not None:
+            m, _ = self.choose(self.key, checkpoint_id=checkpoint_id)
+            path = self.manifest_path(m.stream, m.id)
+        self._remove(path)
+
+    # -- pins: checkpoints something outside the store depends on --------------------------------
+    def pin(self, checkpoint_id: str, reason: str = "") -> None:
+        """Protect a checkpoint from retention and gc (e.g. the one a pause depends on)."""
+        if not valid_id(checkpoint_id):
+            raise CheckpointError(f"invalid checkpoint id {checkpoint_id!r}")
+        self._makedirs(self._join("pins"))
+        self._write_small(self._join("pins", checkpoint_id), reason.encode()[:1024])
+
+    def unpin(self, checkpoint_id: str) -> None:
+        if valid_id(checkpoint_id):
+            self._remove(self._join("pins", checkpoint_id))
+
+    def pinned(self) -> set[str]:
+        """Pinned ids. Pins are unauthenticated, so they can only keep a checkpoint, never
+        select, load or delete one."""
+        return {n for n in self._ls(self._join("pins")) if valid_id(n)}
 
     # -- garbage collection --------------------------------------------------------------------
     def _active_leases(self) -> list[tuple[str, float]]:
@@ -416,7 +617,8 @@ class Store:
                 alive = now - started < LEASE_MAX_AGE
                 if alive and info.get("host") == host:
                     alive = psutil.pid_exists(int(info["pid"]))
-            except (OSError, ValueError, KeyError, TypeError):
+            except Exception:  # noqa: BLE001 - a malformed lease (huge pid, nan, a list...)
+                log.debug("ignoring malformed lease %s", n)
                 continue
             if alive:
                 out.append((n[: -len(".lease")], started))
@@ -425,13 +627,14 @@ class Store:
         return out
 
     def referenced(self) -> set[str]:
+        """Digests named by any manifest file, authentic or not: a reference only ever keeps a
+        blob, so an unverifiable manifest (another key, a damaged file) errs on the safe side."""
         refs: set[str] = set()
         for p in self._manifest_files():
             try:
-                d = parse(self._read_bytes(p), p)
-            except (OSError, IntegrityError):
+                refs.update(blob_names(parse(self._read_bytes(p, MANIFEST_MAX), p)))
+            except (OSError, CheckpointError):
                 continue
-            refs.update((d.get("blobs") or {}).keys())
         return refs
 
     def collect(
@@ -452,16 +655,19 @@ class Store:
             cutoff = min(cutoff, min(s for _, s in leases) - 5.0)
         refs = self.referenced()
         if candidates is None:
+            # only files that are where their digest puts them: anything else was not written by
+            # us and is left alone
             found = [
                 (d, self._join("blobs", sub, d))
                 for sub in self._ls(self._join("blobs"))
                 for d in self._ls(self._join("blobs", sub))
+                if valid_digest(d) and d[:2] == sub
             ]
         else:
-            found = [(d, self.blob_path(d)) for d in set(candidates)]
+            found = [(d, self.blob_path(d)) for d in set(candidates) if valid_digest(d)]
         removed, freed = [], 0
         for digest, path in found:
-            if digest in refs or ".tmp" in digest:
+            if digest in refs:
                 continue
             m = self._mtime(path)
             if m == 0.0 and not self._exists(path):
@@ -469,7 +675,7 @@ class Store:
             if m > cutoff:
                 continue
             try:
-                size = os.path.getsize(path) if self.local else int(self.fs.size(path))
+                size = os.lstat(path).st_size if self.local else int(self.fs.size(path))
             except OSError:
                 size = 0
             if not dry_run:
@@ -508,6 +714,19 @@ def _owner(tmp_name: str) -> str:
     # temp names are "<checkpoint id>-<random>.part"; checkpoint ids contain one '-'
     parts = tmp_name.split("-")
     return "-".join(parts[:2])
+
+
+def open_regular(path: str) -> int:
+    """A read-only descriptor of the regular file at ``path``: no link is followed (a planted
+    link would make us read a foreign file) and a planted FIFO or device cannot block us."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise IntegrityError(f"{path} is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _write_behind(fd: int, offset: int, length: int) -> None:

@@ -1,5 +1,6 @@
 """Torch storages in safetensors packs: writing (zero-copy, hashed while written) and loading
-(mmap, mapped to a device by policy). torch is imported only when tensors are involved."""
+(from the verified in-memory copy, mapped to a device by policy). torch is imported only when
+tensors are involved."""
 
 from __future__ import annotations
 
@@ -151,12 +152,50 @@ class _Dict:
         return self.d[name]
 
 
-def open_pack_local(path: str) -> Any:
-    from safetensors import safe_open
+class _BufferPack:
+    """A safetensors pack parsed from the buffer whose digest was checked: every storage is a
+    zero-copy view of that buffer, so nothing is read from the file again after verification."""
 
-    f = safe_open(path, framework="pt", device="cpu")
-    f.__enter__()
-    return f
+    def __init__(self, buf: Any) -> None:
+        self.buf = buf
+        bad = CheckpointError("tensor pack is malformed")
+        if len(buf) < 8:
+            raise bad
+        (hlen,) = struct.unpack_from("<Q", buf, 0)
+        if hlen > len(buf) - 8:
+            raise bad
+        try:
+            header = json.loads(bytes(buf[8 : 8 + hlen]))
+        except (ValueError, RecursionError):
+            raise bad from None
+        if not isinstance(header, dict):
+            raise bad
+        self.base = 8 + hlen
+        self.entries: dict[str, tuple[int, int]] = {}
+        for name, e in header.items():
+            if name == "__metadata__":
+                continue
+            try:
+                start, end = (int(x) for x in e["data_offsets"])
+            except (KeyError, TypeError, ValueError):
+                raise bad from None
+            if not 0 <= start <= end <= len(buf) - self.base:
+                raise bad
+            self.entries[name] = (start, end)
+
+    def get_tensor(self, name: str) -> Any:
+        import torch
+
+        start, end = self.entries[name]
+        if end == start:
+            return torch.empty(0, dtype=torch.uint8)
+        # storages are untyped: the manifest's dtype and shape are applied when tensors are rebuilt
+        return torch.frombuffer(self.buf, dtype=torch.uint8, count=end - start,
+                                offset=self.base + start)
+
+
+def open_pack_buffer(buf: Any) -> Any:
+    return _BufferPack(buf)
 
 
 def open_pack_bytes(data: bytes) -> Any:

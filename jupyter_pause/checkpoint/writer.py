@@ -20,6 +20,7 @@ from .graph import group_variables
 from .manifest import FORMAT, Manifest, VariableReport, WriteResult, sign
 from .pickling import OOB_MIN, SkipVariable, dump_group, reason_of
 from .store import Store, open_store
+from .timelimit import call_with_limit
 
 log = logging.getLogger(__name__)
 
@@ -161,11 +162,16 @@ def write(
     progress: Callable[[int, int], None] | None = None,
     cache: WriteCache | None = None,
     keep: int | None = 5,
+    protect: Iterable[str] = (),
+    unit_timeout: float | None = None,
 ) -> WriteResult:
     """Checkpoint ``namespace`` into ``store``. Never fails because one variable cannot be saved:
     such variables are reported as skipped/stale with a reason. Raises CheckpointError (e.g.
     StorageFullError) only when the checkpoint as a whole could not be written; then nothing of it
-    remains and earlier checkpoints are untouched."""
+    remains and earlier checkpoints are untouched.
+
+    ``keep``: retention afterwards (see :func:`retain`); ``protect``: ids it must never delete
+    (e.g. the checkpoints the server's pause depends on)."""
     t0 = time.monotonic()
     if not isinstance(store, Store):
         store = open_store(store)
@@ -240,6 +246,10 @@ def write(
             tw.flush(final=False)
             run.report()
 
+        def dump(group: dict[str, Any], **kw: Any) -> Any:
+            # unit_timeout: a unit still pickling after it is skipped with that reason
+            return call_with_limit(unit_timeout, dump_group, group, **kw)
+
         def fail(n: str, e: BaseException) -> None:
             st = e.status if isinstance(e, SkipVariable) else "skipped"
             status[n] = (st, reason_of(e))
@@ -259,7 +269,7 @@ def write(
                     continue
             try:
                 save_unit(
-                    gnames, *dump_group({n: namespace[n] for n in gnames}, array_ids=walk.array_ids)
+                    gnames, *dump({n: namespace[n] for n in gnames}, array_ids=walk.array_ids)
                 )
                 continue
             except (KeyboardInterrupt, SystemExit, MemoryError):
@@ -272,7 +282,7 @@ def write(
             good = []
             for n in gnames:
                 try:
-                    good.append((n, dump_group({n: namespace[n]}, array_ids=walk.array_ids)))
+                    good.append((n, dump({n: namespace[n]}, array_ids=walk.array_ids)))
                 except (KeyboardInterrupt, SystemExit, MemoryError):
                     raise
                 except BaseException as e:  # noqa: BLE001
@@ -281,7 +291,7 @@ def write(
                 try:
                     save_unit(
                         [n for n, _ in good],
-                        *dump_group({n: namespace[n] for n, _ in good}, array_ids=walk.array_ids),
+                        *dump({n: namespace[n] for n, _ in good}, array_ids=walk.array_ids),
                     )
                     continue
                 except (KeyboardInterrupt, SystemExit, MemoryError):
@@ -371,7 +381,13 @@ def write(
     warnings = []
     if keep is not None:
         try:
-            retain(store, stream, keep)
+            skipped: list[dict[str, str]] = []
+            retain(store, stream, keep, key=key, protect=protect, skipped=skipped)
+            if skipped:
+                warnings.append(
+                    f"{len(skipped)} unverifiable file(s) in this notebook's checkpoint folder "
+                    f"left alone (e.g. {skipped[0]['path']}: {skipped[0]['reason']})"
+                )
         except Exception as e:  # noqa: BLE001 - the checkpoint is safe; gc() can clean up
             warnings.append(f"retention clean-up failed: {reason_of(e)}")
     if run.progress:
@@ -579,20 +595,44 @@ def _mb(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
-def retain(store: Store, stream: str, keep: int) -> list[str]:
-    """Delete all but the newest ``keep`` manifests of ``stream`` and the blobs only they used."""
-    from .manifest import parse
+def retain(
+    store: Store,
+    stream: str,
+    keep: int,
+    *,
+    key: bytes | None = None,
+    protect: Iterable[str] = (),
+    skipped: list[dict[str, str]] | None = None,
+) -> list[str]:
+    """Delete all but the newest ``keep`` authentic manifests of ``stream`` and the blobs only
+    they used.
 
-    ids = store.manifest_ids(stream)
+    Only manifests that verify under ``key`` and sit in their own place are counted or deleted;
+    anything else is left alone and listed in ``skipped``. Never deleted: ids in ``protect``,
+    pinned ids (:meth:`Store.pin`), and the newest checkpoint a server pause wrote (signed
+    ``meta.flight``): a pause depends on it even when another session of the notebook keeps
+    checkpointing, and this runs in the kernel, which may not know the server's state.
+    """
+    key = key or store.key
+    if not key:
+        raise CheckpointError("retention needs the checkpoint key (it deletes checkpoints)")
+    found = store.scan(stream, key=key)
+    if skipped is not None:
+        skipped.extend(found.unverified)
+    for u in found.unverified:
+        log.info("retention left %s alone: %s", u["path"], u["reason"])
+    keep_ids = set(protect) | store.pinned()
+    paused = next((m for m in found.verified if isinstance(m.meta, dict) and m.meta.get("flight")),
+                  None)
+    if paused is not None:
+        keep_ids.add(paused.id)
     dropped, candidates = [], set()
-    for cid in ids[max(keep, 1) :]:
-        path = store.manifest_path(stream, cid)
-        try:
-            candidates.update((parse(store._read_bytes(path), cid).get("blobs") or {}).keys())
-        except (OSError, CheckpointError):
-            log.debug("unreadable manifest %s: its blobs wait for gc()", cid)
-        store._remove(path)
-        dropped.append(cid)
+    for m in found.verified[max(keep, 1) :]:
+        if m.id in keep_ids:
+            continue
+        store._remove(store.manifest_path(m.stream, m.id))
+        candidates.update(m.blobs)
+        dropped.append(m.id)
     if candidates:
         store.collect(candidates)
     return dropped

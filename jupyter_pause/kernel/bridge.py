@@ -33,7 +33,8 @@ Protocol (implemented for the server by :func:`jupyter_pause.kernel.client.call_
 
 Results (every function returns a JSON string and never raises)::
 
-    checkpoint -> {"ok": true, "checkpoint_id", "bytes_written", "bytes_total", "variables",
+    checkpoint(..., variable_timeout=None)
+               -> {"ok": true, "checkpoint_id", "bytes_written", "bytes_total", "variables",
                    "pid", "token", "warnings": []} | {"ok": false, "error": "one line"}
     restore    -> {"ok": true, "checkpoint_id", "variables", "warnings", "modules"} | {"ok": false, ...}
     liveness   -> {"ok": true, "token": str|None, "pid", "armed_at", "never_pause": bool,
@@ -104,8 +105,14 @@ def checkpoint(
     include: list[str] | None = None,
     exclude: list[str] | None = None,
     max_size: int | None = None,
+    variable_timeout: float | None = None,
 ) -> str:
-    """Arm the liveness token (memory only), then write a checkpoint of the user's variables."""
+    """Arm the liveness token (memory only), then write a checkpoint of the user's variables.
+
+    ``variable_timeout``: seconds one variable may take to serialize; a slower one (a
+    ``__getstate__`` that hangs) is skipped with that reason and the checkpoint goes on, so the
+    kernel is free again afterwards (see ``checkpoint.timelimit``: this runs in the kernel's main
+    thread, where the limit's SIGALRM can interrupt the pickler)."""
     try:
         ip = _ip()
         provenance.install(ip)  # the server calls this on kernels that never ran %load_ext
@@ -123,6 +130,7 @@ def checkpoint(
             token=token,
             meta={"trigger": "server", **dict(meta or {})},
             progress=StdoutProgress(),
+            unit_timeout=variable_timeout,
         )
         return _ok(
             checkpoint_id=res.checkpoint_id,

@@ -1,5 +1,8 @@
-"""The server's half of the bridge protocol (see :mod:`jupyter_pause.kernel.bridge`).
+"""The server's half of the bridge protocol (see :mod:`jupyter_pause.kernel.bridge`): the code
+string, the reply's result and the progress lines.
 
+The messaging (send, wait for the reply, read IOPub) is :mod:`jupyter_pause.server.bridge`;
+``own_client`` and ``call_bridge`` here are thin wrappers kept for existing callers.
 Pure asyncio + jupyter_client: no jupyter_server import, no IPython import.
 """
 
@@ -8,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -62,15 +64,10 @@ def parse_reply(reply: dict[str, Any]) -> dict[str, Any]:
 
 
 def own_client(kernel_manager: Any) -> Any:
-    """A client of one kernel (its ``KernelManager``) with a session of its own.
+    """A client of one kernel with a session of its own: see ``server.bridge.client_of``."""
+    from ..server.bridge import client_of  # the messaging lives there; imported late on purpose
 
-    ``kernel_manager.client()`` hands every client the manager's session, whose id is also the
-    ZMQ identity of the client's shell socket: with two such clients open, the kernel's replies
-    go to whichever socket connected last and the other one waits forever.
-    """
-    session = kernel_manager.session.clone()
-    session.session = uuid.uuid4().hex  # also resets bsession, the socket identity
-    return kernel_manager.client(session=session)
+    return client_of(kernel_manager)
 
 
 class _LineSplitter:
@@ -112,43 +109,11 @@ async def call_bridge(
 ) -> dict[str, Any]:
     """Run ``jupyter_pause.kernel.bridge.<func>(**kwargs)`` in the kernel; returns its result dict.
 
-    ``kernel_client`` is a started ``jupyter_client.asynchronous.AsyncKernelClient`` (channels
-    running). Use a client of your own: IOPub messages of other requests that arrive on it while
-    this waits are consumed and dropped. Never a ``kernel_manager.client()``: that client shares
-    the manager's session id, which is its shell socket's ZMQ identity, so with a second such
-    client open the reply may go to the other socket and this call hangs until ``timeout``.
-    Make it with :func:`own_client`. ``progress(done, total)`` may be sync or async.
-    ``timeout`` bounds the whole call (including waiting for a busy kernel); on timeout the
-    result is ``{"ok": False, "error": ..., "timeout": True}`` and the kernel may still be
-    working on the request.
-    Never raises for kernel-side failures: they come back as ``{"ok": False, "error": "..."}``.
+    ``kernel_client`` is a started ``AsyncKernelClient`` of your own (:func:`own_client`; never
+    ``kernel_manager.client()``, whose shared session id is its shell socket's ZMQ identity).
+    Completion is decided by the shell reply; see :func:`jupyter_pause.server.bridge.run_bridge`
+    for the contract (timeout result, progress, never raises for kernel-side failures).
     """
-    splitter = _LineSplitter(progress)
+    from ..server.bridge import run_bridge  # the one implementation; imported late on purpose
 
-    def on_iopub(msg: dict[str, Any]) -> None:
-        msg_type = msg.get("msg_type") or msg["header"].get("msg_type")
-        if msg_type == "stream" and msg["content"].get("name") == "stdout":
-            splitter.feed(msg["content"].get("text", ""))
-
-    try:
-        reply = await kernel_client.execute_interactive(
-            bridge_code(func, **kwargs),
-            silent=True,
-            store_history=False,
-            user_expressions={EXPR_NAME: RESULT_EXPRESSION},
-            allow_stdin=False,
-            stop_on_error=False,
-            timeout=timeout,
-            output_hook=on_iopub,
-        )
-    except TimeoutError:
-        return {
-            "ok": False,
-            "timeout": True,
-            "error": f"the kernel did not answer {func} within {timeout:g} s",
-        }
-    finally:
-        splitter.feed("\n")
-        if splitter.pending:
-            await asyncio.gather(*splitter.pending, return_exceptions=True)
-    return parse_reply(reply)
+    return await run_bridge(kernel_client, func, progress=progress, timeout=timeout, **kwargs)

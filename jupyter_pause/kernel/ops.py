@@ -84,6 +84,22 @@ def _manifest_field(manifest: Any, name: str, default: Any = None) -> Any:
     return getattr(manifest, name, default)
 
 
+def protected_checkpoints() -> set[str]:
+    """Checkpoint ids the server's pause or resume depends on, when the kernel can see the
+    server's state (``JUPYTER_PAUSE_STATE_DIR``): %checkpoint's retention must not delete them.
+    Without it, retention still keeps pinned checkpoints and the newest one a pause wrote."""
+    state_dir = os.environ.get("JUPYTER_PAUSE_STATE_DIR")
+    if not state_dir:
+        return set()
+    try:
+        from jupyter_pause.policy.gc import protected_ids
+
+        return {i for i in protected_ids(state_dir) if isinstance(i, str)}
+    except Exception:  # a damaged state file must not fail a checkpoint
+        log.debug("cannot read the server state in %s", state_dir, exc_info=True)
+        return set()
+
+
 def do_checkpoint(
     ip: Any,
     *,
@@ -97,8 +113,10 @@ def do_checkpoint(
     token: str | None = None,
     meta: Mapping[str, Any] | None = None,
     progress: ProgressFn | None = None,
+    unit_timeout: float | None = None,
 ) -> Any:
-    """Write a checkpoint of the user's variables; returns the engine's ``WriteResult``."""
+    """Write a checkpoint of the user's variables; returns the engine's ``WriteResult``.
+    ``unit_timeout``: seconds one variable may take to serialize before it is skipped."""
     cp = _api()
     prov = provenance.install(ip)
     ns = namespace.user_variables(ip)
@@ -108,16 +126,18 @@ def do_checkpoint(
         if unknown:
             raise OpError(f"no variable named {', '.join(unknown)} in this kernel")
     store = cp.open_store(store_url)
-    key = cp.load_or_create_key(key_path)
+    key = cp.load_or_create_key(key_path, store=store)  # refuses to orphan existing checkpoints
     full_meta = {
         "modules": namespace.module_aliases(ip),
         "kernel_pid": os.getpid(),
         PENDING_KEY: {n: c for n, c in prov.pending.items() if n not in ns},
         **dict(meta or {}),
     }
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"protect": protected_checkpoints()}
     if keep is not ...:
         kwargs["keep"] = keep
+    if unit_timeout:
+        kwargs["unit_timeout"] = unit_timeout
     return cp.write(
         ns,
         store,
@@ -169,7 +189,7 @@ def do_restore(
     cp = _api()
     prov = provenance.install(ip)
     store = cp.open_store(store_url)
-    key = cp.load_or_create_key(key_path)
+    key = cp.load_or_create_key(key_path, store=store)  # refuses to orphan existing checkpoints
     rr = cp.read(
         store,
         key=key,

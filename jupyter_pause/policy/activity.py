@@ -11,7 +11,9 @@ silent bridge calls never produce).
 Usage (server side, around each bridge call)::
 
     async with not_activity(serverapp, kernel_id):
-        result = await call_bridge(client, "checkpoint", ...)
+        result = await run_bridge(client, "checkpoint", ...)
+
+The IOPub watch itself is :func:`jupyter_pause.server.bridge.watch_iopub` (one messaging module).
 """
 
 from __future__ import annotations
@@ -21,8 +23,6 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
-
-from ..kernel.client import own_client
 
 
 def _kernel(km: Any, kernel_id: str) -> Any | None:
@@ -51,29 +51,23 @@ async def not_activity(serverapp: Any, kernel_id: str, *, settle: float = 2.0
     before_kernel = getattr(kernel, "last_activity", None)
     before_km = getattr(km, "last_kernel_activity", None)
     user_ran = asyncio.Event()
-    client = None
-    watcher = None
-    try:
-        client = own_client(kernel)  # never the manager's session: see own_client
-        client.start_channels(shell=False, iopub=True, stdin=False, hb=False, control=False)
 
-        async def watch() -> None:
-            while True:
-                try:
-                    msg = await client.get_iopub_msg(timeout=1.0)
-                except Exception:  # noqa: BLE001, S112 - queue.Empty on timeout
-                    continue
-                if msg.get("msg_type") == "execute_input":
-                    user_ran.set()
+    def on_msg(msg: dict[str, Any]) -> None:
+        if msg.get("msg_type") == "execute_input":
+            user_ran.set()
 
-        watcher = asyncio.ensure_future(watch())
-    except Exception:  # noqa: BLE001 - no iopub watch: keep whatever happened
-        user_ran.set()
-    try:
-        yield
-    finally:
+    async with contextlib.AsyncExitStack() as stack:
         try:
-            await _settle(kernel, settle)
+            from ..server.bridge import watch_iopub  # server side; imported late on purpose
+
+            # a client of its own, never the manager's session: see server.bridge.client_of
+            await stack.enter_async_context(watch_iopub(kernel, on_msg))
+        except Exception:  # noqa: BLE001 - no iopub watch: keep whatever happened
+            user_ran.set()
+        try:
+            yield
+        finally:
+            await _settle(kernel, settle)  # the IOPub watch stays open until our idle is in
             if not user_ran.is_set():
                 if before_kernel is not None:
                     kernel.last_activity = before_kernel
@@ -82,11 +76,3 @@ async def not_activity(serverapp: Any, kernel_id: str, *, settle: float = 2.0
                     others = [getattr(_kernel(km, k), "last_activity", None)
                               for k in list(km.list_kernel_ids()) if k != kernel_id]
                     km.last_kernel_activity = max([before_km, *(t for t in others if t)])
-        finally:
-            if watcher is not None:
-                watcher.cancel()
-                with contextlib.suppress(BaseException):
-                    await watcher
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    client.stop_channels()

@@ -12,7 +12,10 @@ Order, so that nothing is ever orphaned or left dangling:
 Policy: a checkpoint goes when it is beyond the newest ``keep`` of its notebook AND (with
 ``older_than``) older than that. ``keep=0`` needs ``older_than`` (it would delete everything).
 Never deleted: every checkpoint the workspace needs to resume (``state.json``: the pause in
-effect or in flight).
+effect or in flight) and every pinned one. Only manifests that verify under the key and sit in
+their own place count: gc loads the key, and a file it cannot authenticate is reported
+("unverified, left alone"), never deleted and never counted toward ``keep``; ordering uses the
+signed id, never an unsigned field.
 """
 
 from __future__ import annotations
@@ -43,11 +46,17 @@ def protected_ids(state_dir: str | None) -> set[str]:
     except (OSError, ValueError):
         return set()
     out: set[str] = set()
+    if not isinstance(st, dict):
+        return out
     for part in ("pause", "inflight"):
-        p = st.get(part) or {}
-        out.update(i for i in p.get("checkpoints") or [] if i)
-        out.update(k.get("checkpoint_id") for k in p.get("kernels") or []
-                   if isinstance(k, dict) and k.get("checkpoint_id"))
+        p = st.get(part)
+        if not isinstance(p, dict):
+            continue
+        ids = p.get("checkpoints")
+        out.update(i for i in (ids if isinstance(ids, list) else []) if isinstance(i, str) and i)
+        kernels = p.get("kernels")
+        out.update(k["checkpoint_id"] for k in (kernels if isinstance(kernels, list) else [])
+                   if isinstance(k, dict) and isinstance(k.get("checkpoint_id"), str))
     return out
 
 
@@ -70,7 +79,8 @@ def plan(manifests: list[Any], *, keep: int, older_than: float | None, now: floa
         by_stream[m.stream].append(m)
     delete, kept = [], []
     for ms in by_stream.values():
-        ms.sort(key=lambda m: (m.created or "", m.id), reverse=True)
+        # the signed id, bound to the file name: a forged ``created`` cannot push real ones out
+        ms.sort(key=lambda m: m.id, reverse=True)
         for rank, m in enumerate(ms):
             created = _created(m)
             # Both rules keep: the newest ``keep`` and, with older_than, anything younger.
@@ -110,14 +120,35 @@ def _summary(m: Any) -> dict[str, Any]:
     return {"id": m.id, "stream": m.stream, "created": m.created, "bytes_total": m.bytes_total}
 
 
+def load_key(key_path: str | None, store: Any = None) -> bytes | None:
+    """The checkpoint key, never a new one: without the key nothing in the store can be told
+    from a forgery, so gc refuses rather than delete on unsigned data. None when there is no key
+    and ``store`` holds no manifest at all (nothing to authenticate: only stray blobs go)."""
+    from ..checkpoint import default_key_path, load_or_create_key
+
+    path = os.path.expanduser(key_path or default_key_path())
+    if not os.path.exists(path):
+        if store is not None and not store._manifest_files():
+            return None
+        raise GCError(f"no checkpoint key at {path}: gc cannot tell authentic checkpoints from "
+                      "forged ones, so it deletes nothing (pass the key with --key)")
+    try:
+        return load_or_create_key(path)
+    except Exception as e:  # noqa: BLE001 - CheckpointError and whatever key checks refuse
+        raise GCError(str(e)) from None
+
+
 async def run_gc(*, store_url: str | None, state_dir: str | None, keep: int,
                  older_than: float | None, dry_run: bool, backend: Any = None,
                  now: float | None = None, grace_s: float = 0.0,
-                 protected: set[str] | None = None) -> dict[str, Any]:
+                 protected: set[str] | None = None, key_path: str | None = None,
+                 key: bytes | None = None) -> dict[str, Any]:
     """The whole clean-up (store I/O runs in a thread; the backend call is async)."""
     from ..checkpoint import store as store_mod
 
     now = time.time() if now is None else now
+    # before anything is deleted, the backend's part included
+    key = key or load_key(key_path, store_mod.open_store(store_url))
     protected = protected_ids(state_dir) | set(protected or ())
     result: dict[str, Any] = {"dry_run": dry_run, "order": list(ORDER),
                               "protected": sorted(protected)}
@@ -134,18 +165,15 @@ async def run_gc(*, store_url: str | None, state_dir: str | None, keep: int,
         result["backend"] = None
 
     def store_part() -> dict[str, Any]:
-        store = store_mod.open_store(store_url)
-        manifests = store.list()
-        delete, kept = plan(manifests, keep=keep, older_than=older_than, now=now,
-                            protected=protected)
-        # 2. manifests
+        store = store_mod.open_store(store_url, key=key)
+        found = store.scan(key=key) if key is not None else store_mod.Scan()
+        pins = store.pinned()
+        delete, kept = plan(found.verified, keep=keep, older_than=older_than, now=now,
+                            protected=protected | pins)
+        # 2. manifests: each at the place it was verified (never a lookup by an unsigned name)
         if not dry_run:
             for m in delete:
-                try:
-                    store.delete(m.id)
-                except Exception as e:  # already gone is fine; anything else: stop here
-                    if e.__class__.__name__ != "NotFoundError":
-                        raise
+                store._remove(store.manifest_path(m.stream, m.id))
         # 3. blobs (in a dry run: those only the doomed manifests reference, plus strays)
         if dry_run:
             still = {d for m in kept for d in (m.blobs or {})}
@@ -177,11 +205,15 @@ async def run_gc(*, store_url: str | None, state_dir: str | None, keep: int,
             left["blob_bytes"] -= blobs["bytes_freed"]
             left["temp_files"] -= blobs["temps_removed"]
             left["bytes"] = left["manifest_bytes"] + left["blob_bytes"] + left["temp_bytes"]
-        streams = {m.stream for m in kept} if dry_run else {m.stream for m in store.list()}
+        streams = ({m.stream for m in kept} if dry_run or key is None
+                   else {m.stream for m in store.scan(key=key).verified})
         return {
             "store": store.url,
             "checkpoints": {"deleted": [_summary(m) for m in delete],
                             "remaining": len(kept)},
+            "unverified": [{**u, "action": "unverified, left alone"}
+                           for u in found.unverified],
+            "pinned": sorted(pins),
             "blobs": blobs,
             "remaining": {**left, "checkpoints": len(kept), "streams": len(streams)},
         }
@@ -206,7 +238,8 @@ async def run_gc_for_app(app: Any, *, keep: int | None, older_than: float | None
     return await run_gc(store_url=app.store_url or None, state_dir=app.state_dir,
                         keep=app.keep_checkpoints if keep is None else keep,
                         older_than=older_than, dry_run=dry_run,
-                        backend=getattr(app, "backend_instance", None), protected=extra)
+                        backend=getattr(app, "backend_instance", None), protected=extra,
+                        key_path=getattr(app, "key_path", None) or None)
 
 
 def render(result: dict[str, Any]) -> str:
@@ -235,6 +268,13 @@ def render(result: dict[str, Any]) -> str:
     bl = result["blobs"]
     lines.append(f"blobs: {verb} {bl['deleted']} ({bl['bytes_freed']} B), temp files "
                  f"{bl['temps_removed']}")
+    unverified = result.get("unverified") or []
+    if unverified:
+        lines.append(f"unverified, left alone: {len(unverified)} file(s)")
+        for u in unverified[:20]:
+            lines.append(f"  ? {u['path']}: {u['reason']}")
+        if len(unverified) > 20:
+            lines.append(f"  ... and {len(unverified) - 20} more")
     r = result["remaining"]
     lines.append(f"remaining: {r['checkpoints']} checkpoints in {r['streams']} notebooks, "
                  f"{r['blobs']} blobs, {r['bytes']} B in the store")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from typing import Any
 
@@ -27,6 +28,7 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 
+from ..server import validate as v
 from .journal import journal_path, parse_time, read_journal
 from .monitor import IdleMonitor
 from .report import build_report
@@ -47,6 +49,13 @@ class _Base(ExtensionHandlerMixin, APIHandler):
 
     def _refuse(self, message: str, status: int = 409) -> None:
         self._json({"message": message}, status)
+
+    async def prepare(self) -> None:
+        await super().prepare()
+        reason = getattr(self.extensionapp, "disabled_reason", None)
+        # Another server holds the state directory: its journal is not this server's report.
+        if reason and self.current_user and not self._finished:
+            self._refuse(f"jupyter_pause is disabled in this server: {reason}", 503)
 
     @property
     def monitor(self) -> IdleMonitor | None:
@@ -71,6 +80,11 @@ class PolicyCancelHandler(_Base):
     @tornado.web.authenticated
     @authorized
     async def post(self) -> None:
+        try:
+            v.parse_body(self.request.body, v.EMPTY)
+        except v.BadRequest as e:
+            self._refuse(str(e), 400)
+            return
         mon = self.monitor
         if mon is None or mon.cancel() is None:
             self._refuse("no auto-pause is announced; nothing to cancel")
@@ -80,6 +94,30 @@ class PolicyCancelHandler(_Base):
 
 def _query_time(value: str | None) -> float | None:
     return parse_time(value) if value else None
+
+
+# GET report's query: every value bounded and typed before anything reads the journal.
+REPORT_QUERY = frozenset({"period", "since", "until", "accelerators", "whatif", "thresholds",
+                          "capture_s", "restore_s"})
+_MAX_SECONDS = 1e10  # ~300 years: any real duration or timestamp
+
+
+def check_report_args(args: dict[str, str]) -> dict[str, str]:
+    """Raise ValueError (a 400) for unknown, oversized or non-finite query values."""
+    unknown = sorted(set(args) - REPORT_QUERY)
+    if unknown:
+        raise ValueError(f"unknown query parameter {unknown[0][:40]!r}")
+    for name in ("period", "since", "until", "whatif"):
+        v.query_str(name, args.get(name), v.Field("str", max_len=64))
+    v.query_str("thresholds", args.get("thresholds"), v.Field("str", max_len=1000))
+    v.query_number("accelerators", args.get("accelerators"), minimum=0, maximum=1e6)
+    for name in ("capture_s", "restore_s"):
+        v.query_number(name, args.get(name), minimum=0, maximum=_MAX_SECONDS)
+    for name in ("since", "until"):
+        value = args.get(name)
+        if value and not (math.isfinite(t := parse_time(value)) and abs(t) <= _MAX_SECONDS):
+            raise ValueError(f"{name} must be a finite time")
+    return args
 
 
 def report_payload(state_dir: str, args: dict[str, str], now: float) -> dict[str, Any]:
@@ -92,8 +130,10 @@ def report_payload(state_dir: str, args: dict[str, str], now: float) -> dict[str
         until=until if until is not None else now, accelerators=accelerators)}
     if args.get("whatif") not in (None, "", "0", "false"):
         raw = args.get("thresholds")
-        thresholds = ([parse_duration(t) for t in raw.split(",") if t.strip()] if raw
+        thresholds = ([parse_duration(t) for t in raw.split(",")[:50] if t.strip()] if raw
                       else list(DEFAULT_THRESHOLDS))
+        if not all(math.isfinite(t) and 0 <= t <= _MAX_SECONDS for t in thresholds):
+            raise ValueError("thresholds must be finite durations")
         costs = measured_costs(journal)
         capture = float(args["capture_s"]) if args.get("capture_s") else costs["capture_s"] or 0
         restore = float(args["restore_s"]) if args.get("restore_s") else costs["restore_s"] or 0
@@ -112,6 +152,7 @@ class ReportHandler(_Base):
         args = {k: self.get_argument(k) for k in self.request.arguments}
         state_dir = self.extensionapp.state_dir
         try:
+            check_report_args(args)
             data = await asyncio.get_running_loop().run_in_executor(
                 None, report_payload, state_dir, args, time.time())
         except ValueError as e:

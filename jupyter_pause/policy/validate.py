@@ -119,7 +119,9 @@ def start_detached_kernel(kernel_name: str, connection_file: str) -> int:
     os.makedirs(os.path.dirname(connection_file), exist_ok=True)
     write_connection_file(connection_file, ip="127.0.0.1", key=secrets.token_hex(16).encode())
     env = {k: v for k, v in os.environ.items() if k != "JPY_PARENT_PID"}
-    log = open(connection_file + ".log", "ab")  # noqa: SIM115 - handed to the child
+    # private like everything under the state directory (0600 whatever the umask)
+    fd = os.open(connection_file + ".log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    log = open(fd, "ab")  # noqa: SIM115 - handed to the child
     try:
         proc = subprocess.Popen(_kernel_argv(kernel_name, connection_file), env=env,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -221,8 +223,10 @@ async def _read_value_sha(kc: Any) -> str | None:
 async def prepare(*, state_dir: str, store_url: str | None = None, key_path: str | None = None,
                   kernel_name: str = "python3", stop: bool = False, timeout: float = 120.0
                   ) -> dict[str, Any]:
+    from ..server.journal import make_private_dir
+
     vdir = _vdir(state_dir)
-    os.makedirs(vdir, exist_ok=True)
+    make_private_dir(vdir)  # the state directory is private (journal.py)
     old = load_state(state_dir)
     if old:  # a previous preparation's kernel must not linger
         kill_kernel(old.get("pid"))
@@ -271,7 +275,8 @@ async def prepare(*, state_dir: str, store_url: str | None = None, key_path: str
 def _write_json(path: str, data: dict[str, Any]) -> None:
     """Durable and atomic: temp file, fsync, rename."""
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w",
+              encoding="utf-8") as fh:
         json.dump(data, fh, indent=1)
         fh.flush()
         os.fsync(fh.fileno())

@@ -15,6 +15,7 @@ from ..cluster.accelerator import detected_accelerator
 from ..cluster.base import Backend, resolve_backend_class
 from .events import register_schema
 from .lifecycle import Lifecycle
+from .statelock import StateDirBusy, StateLock
 
 # Optional modules of this package that add routes and start-up work. Each may define
 #   get_handlers(app: PauseApp) -> list[tuple[str, type]]   (patterns like r"/jupyter-pause/api/x")
@@ -59,6 +60,11 @@ class PauseApp(ExtensionApp):
     bridge_timeout = Float(
         3600.0, help="Seconds a checkpoint or restore inside one kernel may take."
     ).tag(config=True)
+    variable_timeout = Float(
+        120.0, help="Seconds one variable (or group of linked variables) may take to serialize "
+        "in a checkpoint; past it the variable is skipped with that reason and the checkpoint "
+        "goes on (0 = no limit)."
+    ).tag(config=True)
     liveness_timeout = Float(60.0, help="Seconds to wait for a kernel's liveness answer.").tag(
         config=True
     )
@@ -85,6 +91,9 @@ class PauseApp(ExtensionApp):
     lifecycle = Instance(Lifecycle, allow_none=True)
     # Set when this app's configuration could not be applied (see update_config).
     config_error: str | None = None
+    # Set when another live server holds the state directory: the API answers 503 with it.
+    disabled_reason: str | None = None
+    _state_lock: StateLock | None = None
 
     @default("accelerator")
     def _default_accelerator(self) -> dict[str, Any]:
@@ -128,10 +137,30 @@ class PauseApp(ExtensionApp):
         self.backend_instance = resolve_backend_class(self.backend)(parent=self)
         register_schema(self.serverapp)
         self.lifecycle = Lifecycle(self)
-        self.lifecycle.load()
         self.settings["jupyter_pause_lifecycle"] = self.lifecycle
-        self._modules = [m for m in (self._import(n) for n in self.extension_modules) if m]
         self._activity: PeriodicCallback | None = None
+        # Their routes exist either way (a disabled server answers them with 503).
+        self._modules = [m for m in (self._import(n) for n in self.extension_modules) if m]
+        if self._lock_state_dir():
+            self.lifecycle.load()
+
+    def _lock_state_dir(self) -> bool:
+        """One server per state directory; False (extension off, API 503) when another holds it."""
+        lock = StateLock(self.state_dir)
+        try:
+            me = lock.acquire()
+        except StateDirBusy as e:
+            self.disabled_reason = str(e)
+            self.log.error("jupyter_pause: %s; pause and resume are disabled in this server "
+                           "(holder: %s)", e, e.holder)
+            return False
+        except OSError as e:  # no locks on this file system: run, but say it
+            self.log.warning("jupyter_pause: %s; make sure only one server uses this state "
+                             "directory", e)
+            return True
+        self._state_lock = lock
+        self.log.info("jupyter_pause: state directory %s locked by %s", self.state_dir, me)
+        return True
 
     def initialize_handlers(self) -> None:
         from .handlers import default_handlers
@@ -142,6 +171,8 @@ class PauseApp(ExtensionApp):
                 self.handlers.extend(module.get_handlers(self))
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        if self.disabled_reason:
+            return
         await self.lifecycle.start()
         if self.activity_interval > 0:
             self._activity = PeriodicCallback(self.lifecycle.sample_activity,
@@ -162,6 +193,9 @@ class PauseApp(ExtensionApp):
             self._activity.stop()
         if self.lifecycle is not None:
             await self.lifecycle.stop()
+        if self._state_lock is not None:
+            self._state_lock.release()
+            self._state_lock = None
 
     def _import(self, name: str) -> Any:
         try:

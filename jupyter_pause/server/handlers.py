@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from typing import Any
 
@@ -12,6 +13,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 
 from . import kernels as kbridge
+from . import validate as v
 from .lifecycle import Lifecycle, Refusal
 
 API = r"/jupyter-pause/api"
@@ -26,16 +28,19 @@ class BaseHandler(ExtensionHandlerMixin, APIHandler):
     def lifecycle(self) -> Lifecycle:
         return self.extensionapp.lifecycle
 
-    def body(self) -> dict[str, Any]:
-        if not self.request.body:
-            return {}
+    async def prepare(self) -> None:
+        await super().prepare()
+        reason = getattr(self.extensionapp, "disabled_reason", None)
+        # Only an authenticated caller learns why (the reason names the other server).
+        if reason and self.current_user and not self._finished:
+            self.reply({"message": f"jupyter_pause is disabled in this server: {reason}"}, 503)
+
+    def body(self, schema: dict[str, v.Field]) -> dict[str, Any]:
+        """The request body as a typed dict of ``schema``'s fields (absent ones None)."""
         try:
-            data = json.loads(self.request.body)
-        except ValueError:
-            raise Refusal("the request body is not JSON", 400) from None
-        if not isinstance(data, dict):
-            raise Refusal("the request body must be a JSON object", 400)
-        return data
+            return v.parse_body(self.request.body, schema)
+        except v.BadRequest as e:
+            raise Refusal(str(e), 400) from None
 
     def reply(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
@@ -53,7 +58,24 @@ class StatusHandler(BaseHandler):
     @tornado.web.authenticated
     @authorized
     async def get(self) -> None:
-        self.reply(await self.lifecycle.status())
+        status = await self.lifecycle.status()
+        # The report names the cell that made each variable, and cells hold secrets: only
+        # those who may write (pause, recompute) see their source; viewers get the rest.
+        allowed = self.authorizer.is_authorized(self, self.current_user, "write",
+                                                self.auth_resource)
+        if not (await allowed if inspect.isawaitable(allowed) else allowed):
+            status = self._without_sources(status)
+        self.reply(status)
+
+    @classmethod
+    def _without_sources(cls, value: Any) -> Any:
+        """A copy with every cell's ``source``/``code`` text replaced by None (state untouched)."""
+        if isinstance(value, dict):
+            return {k: None if k in ("source", "code") and isinstance(v, str)
+                    else cls._without_sources(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [cls._without_sources(v) for v in value]
+        return value
 
 
 class PauseHandler(BaseHandler):
@@ -61,10 +83,10 @@ class PauseHandler(BaseHandler):
     @authorized
     async def post(self) -> None:
         try:
-            body = self.body()
+            body = self.body(v.PAUSE)
             flight = await self.lifecycle.request_pause(
-                trigger=str(body.get("trigger") or "api"), interrupt=bool(body.get("interrupt")),
-                mode=str(body.get("mode") or "pause"))
+                trigger=body["trigger"] or "api", interrupt=bool(body["interrupt"]),
+                mode=body["mode"] or "pause")
         except Refusal as e:
             return self.refuse(e)
         self.reply({"flight": flight.to_dict()}, 202)
@@ -75,8 +97,8 @@ class ResumeHandler(BaseHandler):
     @authorized
     async def post(self) -> None:
         try:
-            body = self.body()
-            flight = await self.lifecycle.request_resume(trigger=str(body.get("trigger") or "api"))
+            body = self.body(v.RESUME)
+            flight = await self.lifecycle.request_resume(trigger=body["trigger"] or "api")
         except Refusal as e:
             return self.refuse(e)
         self.reply({"flight": flight.to_dict()}, 202)
@@ -87,10 +109,8 @@ class RecomputeHandler(BaseHandler):
     @authorized
     async def post(self) -> None:
         try:
-            body = self.body()
-            path, names = body.get("path"), body.get("names")
-            if not isinstance(path, str) or (names is not None and not isinstance(names, list)):
-                raise Refusal('expected {"path": "nb.ipynb", "names": ["var", ...]}', 400)
+            body = self.body(v.RECOMPUTE)
+            path, names = body["path"], body["names"]
             if self.lifecycle.flight is not None:
                 raise Refusal(f"a {self.lifecycle.flight.kind} is in progress; try again after it")
             records = await kbridge.running_kernels(self.serverapp)
@@ -116,7 +136,8 @@ def _open_store(app: Any) -> Any:
     from ..checkpoint import load_or_create_key, open_store
 
     # With the key, listings show only authentic checkpoints (a foreign one is never offered).
-    return open_store(app.store_url or None, key=load_or_create_key(app.key_path or None))
+    url = app.store_url or None
+    return open_store(url, key=load_or_create_key(app.key_path or None, store=open_store(url)))
 
 
 class CheckpointsHandler(BaseHandler):
@@ -125,7 +146,10 @@ class CheckpointsHandler(BaseHandler):
     @tornado.web.authenticated
     @authorized
     async def get(self) -> None:
-        stream = self.get_argument("stream", None)
+        try:
+            stream = v.query_str("stream", self.get_argument("stream", None), v.STREAM)
+        except v.BadRequest as e:
+            return self.refuse(Refusal(str(e), 400))
 
         def listing() -> list[dict[str, Any]]:
             store = _open_store(self.extensionapp)
@@ -142,6 +166,10 @@ class CheckpointHandler(BaseHandler):
     @tornado.web.authenticated
     @authorized
     async def delete(self, checkpoint_id: str) -> None:
+        try:
+            v.query_str("checkpoint id", checkpoint_id, v.CHECKPOINT_ID)
+        except v.BadRequest as e:
+            return self.refuse(Refusal(str(e), 400))
         pending = self.lifecycle.state.get("pause") or self.lifecycle.state.get("inflight") or {}
         if checkpoint_id in (pending.get("checkpoints") or []):
             return self.refuse(Refusal(
@@ -171,15 +199,9 @@ class GcHandler(BaseHandler):
     async def post(self) -> None:
         app = self.extensionapp
         try:
-            body = self.body()
-            keep = body.get("keep")
-            keep = app.keep_checkpoints if keep is None else keep
-            older_than = body.get("older_than")
-            if not isinstance(keep, int) or keep < 0 or (
-                older_than is not None and not isinstance(older_than, (int, float))
-            ):
-                raise Refusal('expected {"keep": N >= 0, "older_than": seconds|null, '
-                              '"dry_run": bool}', 400)
+            body = self.body(v.GC)
+            keep = app.keep_checkpoints if body["keep"] is None else body["keep"]
+            older_than = body["older_than"]
             if self.lifecycle.flight is not None:
                 raise Refusal(f"a {self.lifecycle.flight.kind} is in progress; try again after it")
         except Refusal as e:
@@ -190,7 +212,7 @@ class GcHandler(BaseHandler):
 
         try:
             res = await run_gc_for_app(app, keep=keep, older_than=older_than,
-                                       dry_run=bool(body.get("dry_run")))
+                                       dry_run=bool(body["dry_run"]))
         except Exception as e:  # noqa: BLE001 - one line back to the caller
             # The retention module's GCError / a ValueError: a request that makes no sense.
             bad_request = isinstance(e, ValueError) or type(e).__name__ == "GCError"

@@ -19,7 +19,10 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
+
+from jupyter_core.utils import ensure_async
 
 from ..cluster.base import BackendError, KernelRecord, PauseContext, ResumeContext
 from . import kernels as kbridge
@@ -36,8 +39,17 @@ RESUME_STATES = ("resuming", "waiting_for_capacity", "verifying", "restoring")
 # A pause that failed with state "failed" never touched the kernels nor the checkpoints before
 # it (a checkpoint becomes visible only once complete): the person must read that, not guess.
 PAUSE_FAILED_SAFE = "Your kernels are untouched and the last good checkpoint is intact."
+# How often a bridge call checks that its kernel's process is still the one it started on.
+KERNEL_WATCH_INTERVAL = 0.5
+# Unreferenced blobs younger than this survive the start-up clean-up (a writer of another
+# process may still publish them); temp files of dead writers go whatever their age.
+STORE_GC_GRACE_S = 3600.0
 # Fields kept out of the timeline (they are in the journal and the report).
-_BULKY = ("kernels", "report", "variables")
+_BULKY = ("kernels", "report", "variables", "resume_from")
+
+
+class KernelDied(Exception):
+    """The kernel's process ended (or was replaced by a restart) while a bridge call ran."""
 
 
 class Refusal(Exception):
@@ -51,10 +63,14 @@ class Refusal(Exception):
 class StepError(Exception):
     """A step failed for a reason a person can act on."""
 
-    def __init__(self, message: str, *, reason: str = "other", hint: str | None = None):
+    def __init__(self, message: str, *, reason: str = "other", hint: str | None = None,
+                 resume_from: dict[str, Any] | None = None):
         super().__init__(message)
         self.reason = reason
         self.hint = hint
+        # A pause record (kernels + checkpoint ids) that POST resume restores: the way back a
+        # failure offers when a kernel's memory is already gone.
+        self.resume_from = resume_from
 
 
 @dataclass
@@ -99,6 +115,12 @@ def apply(st: dict[str, Any], e: dict[str, Any]) -> None:
         st["state"] = "releasing" if stop else "checkpointing"
         st["inflight"] = {"flight_id": flight, "requested": at, "mode": e.get("mode") or "pause",
                           "kernels": e.get("kernels", []) if stop else [], "checkpoints": []}
+        if not stop:
+            # Which notebooks were being paused: after a crash mid-checkpoint, these are the
+            # ones whose previous checkpoint is offered.
+            st["inflight"]["requested_kernels"] = e.get("kernels", [])
+        if (st.get("pause") or {}).get("offered"):
+            st["pause"] = None  # a new pause supersedes an offered way back
     elif ev == "checkpoint_written":
         inflight = st.get("inflight") or {"flight_id": flight}
         inflight.update(kernels=e.get("kernels", []), checkpoints=e.get("checkpoints", []),
@@ -151,6 +173,8 @@ def apply(st: dict[str, Any], e: dict[str, Any]) -> None:
         if e.get("kind") == "pause":
             if after == "paused":  # kernels may be gone already: keep the way back
                 st["pause"] = st.get("inflight") or st.get("pause")
+            elif e.get("resume_from"):  # memory is gone: offer the previous good checkpoint
+                st["pause"] = e["resume_from"]
             st["inflight"] = None
         st.update(state=after, reason=e.get("message") or e.get("reason"), hint=e.get("hint"),
                   flight=None,
@@ -185,7 +209,7 @@ class Lifecycle:
     def __init__(self, app: PauseApp):
         self.app = app
         self.log = app.log
-        self.journal = Journal(app.state_dir)
+        self.journal = Journal(app.state_dir, log=app.log)
         self.state: dict[str, Any] = default_state()
         self.flight: Flight | None = None
         self.step: dict[str, Any] | None = None
@@ -197,6 +221,8 @@ class Lifecycle:
         self._backend_desc_at = 0.0
         self._desc_task: asyncio.Task | None = None
         self._activity_seen: Any = None
+        self.temps_cleaned: dict[str, Any] | None = None  # the start-up clean-up's result
+        self._cleanup: asyncio.Future | None = None
 
     @property
     def backend(self) -> Any:
@@ -224,10 +250,7 @@ class Lifecycle:
         if cur == "checkpointing":
             # The server died before every checkpoint was written: the pause did not happen.
             # Earlier checkpoints are untouched (a checkpoint becomes visible only when complete).
-            self._record_sync("failed", fid, "pause", step=cur, reason="interrupted",
-                              message=f"the server stopped during {cur}; the pause did not happen",
-                              state_after="running",
-                              hint="Pause again; the previous checkpoint is still available.")
+            self._settle_interrupted_checkpoint(fid)
         elif cur in ("snapshotting", "releasing"):
             # Every checkpoint is written: the way back exists, and the kernels went down with
             # the server (or the pod); count the pause as done so that resume restores them.
@@ -238,6 +261,55 @@ class Lifecycle:
                               hint="Resume again; the checkpoint is still available.")
         self.journal.save_state(self.state)
 
+    def _settle_interrupted_checkpoint(self, fid: str | None) -> None:
+        """A pause that died mid-checkpoint. Kernels that still run (the same process kept
+        them) are untouched: back to running. Kernels that died with the server lost their
+        memory: the state offers their previous good checkpoints, which POST resume restores."""
+        message = "the server stopped during checkpointing; the pause did not happen"
+        requested = [KernelRecord.from_dict(k) for k in
+                     (self.state.get("inflight") or {}).get("requested_kernels") or []]
+        km = self.serverapp.kernel_manager
+        gone = [r for r in requested if r.kernel_id not in km]
+        offer = self._offer_previous(gone, fid) if gone else None
+        if offer is None:
+            hint = ("Pause again; the previous checkpoint is still available." if not gone else
+                    "The kernels stopped with the server and no earlier checkpoint of theirs "
+                    "exists; pause again once they run.")
+            self._record_sync("failed", fid, "pause", step="checkpointing", reason="interrupted",
+                              message=message, state_after="running", hint=hint)
+            return
+        self._record_sync(
+            "failed", fid, "pause", step="checkpointing", reason="interrupted",
+            message=f"{message}; the kernels stopped with it ({_offer_text(offer)})",
+            state_after="failed", resume_from=offer,
+            hint="Resume to restore the previous checkpoint into fresh kernels, or pause again.")
+
+    def _offer_previous(self, records: list[KernelRecord], fid: str | None
+                        ) -> dict[str, Any] | None:
+        """A pause record whose checkpoints are each notebook's newest authentic checkpoint
+        (blocking: reads the store). None when no notebook has one."""
+        try:
+            store = _open_store(self.app)
+            kernels = []
+            for rec in records:
+                found = store.list(rec.stream)
+                if found:
+                    rec.checkpoint_id, rec.token = found[0].id, None
+                    rec.bytes_total = int(found[0].bytes_total or 0)
+                    kernels.append((rec, found[0].created))
+        except Exception as e:  # noqa: BLE001 - no offer then; the reason goes to the log
+            self.log.warning("jupyter_pause: cannot look up earlier checkpoints: %s", e)
+            return None
+        if not kernels:
+            return None
+        return {
+            "flight_id": fid, "mode": "pause", "offered": True,
+            "kernels": [r.to_dict() for r, _ in kernels],
+            "checkpoints": [r.checkpoint_id for r, _ in kernels],
+            "previous": [{"path": r.path, "stream": r.stream, "checkpoint_id": r.checkpoint_id,
+                          "created": created} for r, created in kernels],
+        }
+
     def _record_sync(self, event: str, flight: str | None, kind: str | None, **fields: Any) -> None:
         entry = self._entry(event, flight, kind, fields)
         self.journal.append(entry)
@@ -246,10 +318,13 @@ class Lifecycle:
     async def start(self) -> None:
         """After the event loop runs: resume verification for a workspace that came back."""
         self._refresh_backend_desc()
+        self._cleanup = asyncio.ensure_future(self._clean_store_temps())
         if self.state["state"] != "paused" and not (
             self.state["state"] == "failed" and self.state.get("pause")
         ):
             return
+        if (self.state.get("pause") or {}).get("offered"):
+            return  # restoring an older checkpoint is the person's choice, never automatic
         want = self.app.resume_on_start
         if want is None:
             want = bool(getattr(self.backend, "resume_on_start", False))
@@ -259,9 +334,32 @@ class Lifecycle:
             except Refusal as e:
                 self.log.warning("jupyter_pause: no resume at start: %s", e)
 
+    async def _clean_store_temps(self) -> None:
+        """Remove what writes that died (with a server or a kernel) left in the store: temp
+        files not covered by a live writer's lease. Off the event loop: a store may be remote."""
+        from ..checkpoint import gc as store_gc
+        from ..checkpoint import open_store
+
+        url = self.app.store_url or None
+        try:
+            res = await asyncio.to_thread(store_gc, open_store(url), grace_s=STORE_GC_GRACE_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - clean-up must never stop the server
+            self.log.warning("jupyter_pause: store clean-up at start failed: %s", e)
+            return
+        if res.get("temps_removed") or res.get("removed"):
+            self.log.info("jupyter_pause: removed %d temp files and %d unreferenced blobs "
+                          "(%d bytes) left by interrupted checkpoints",
+                          res.get("temps_removed", 0), len(res.get("removed") or []),
+                          res.get("bytes_freed", 0))
+        self.temps_cleaned = res
+
     async def stop(self) -> None:
         for task in self._watchers:
             task.cancel()
+        if self._cleanup is not None:
+            self._cleanup.cancel()
         if self.flight and self.flight.task:
             self.flight.task.cancel()
         self._io.shutdown(wait=True)
@@ -343,6 +441,9 @@ class Lifecycle:
             "timeline": st.get("timeline", []), "backend": dict(self._backend_desc),
             "kernels": kernels, "last_checkpoint": st.get("last_checkpoint"),
             "last_report": st.get("last_report"),
+            # What POST resume would bring back now (the UI's one action after a failure).
+            "resume_available": self.can_resume() and self.flight is None,
+            "resume_from": _resume_from(st.get("pause")),
         }
 
     def _refresh_backend_desc(self) -> None:
@@ -385,7 +486,7 @@ class Lifecycle:
             if self.flight.kind == "pause":
                 return self.flight
             raise Refusal("a resume is in progress; pause again when it has finished")
-        if self.can_resume():
+        if self.can_resume() and not (self.state.get("pause") or {}).get("offered"):
             raise Refusal("the workspace is already paused; resume it first")
         desc = self._backend_desc
         if not desc.get("can_pause", True):
@@ -417,7 +518,7 @@ class Lifecycle:
         for task in self._watchers:
             task.cancel()
         self._watchers = []
-        metrics.FLIGHTS.labels(self.app.backend_name, kind, trigger).inc()
+        metrics.FLIGHTS.labels(self.app.backend_name, kind, metrics.trigger_label(trigger)).inc()
         return flight
 
     async def wait(self) -> None:
@@ -437,8 +538,11 @@ class Lifecycle:
                 await self._record("pause_requested", trigger=flight.trigger, mode=mode,
                                    kernels=[r.to_dict() for r in records])
             else:
-                await self._record("pause_requested", trigger=flight.trigger, mode=mode)
+                # The kernels go into the journal first: a server that dies mid-checkpoint then
+                # knows which notebooks' previous checkpoints to offer.
                 records = await kbridge.running_kernels(self.serverapp)
+                await self._record("pause_requested", trigger=flight.trigger, mode=mode,
+                                   kernels=[r.to_dict() for r in records])
             await self._wait_idle(records, interrupt)  # a stop never kills a running cell either
             ctx = PauseContext(
                 flight_id=flight.id, trigger=flight.trigger, serverapp=self.serverapp,
@@ -532,15 +636,20 @@ class Lifecycle:
 
         async def one(rec: KernelRecord) -> None:
             token = secrets.token_urlsafe(24)
+            kwargs: dict[str, Any] = {}
+            if self.app.variable_timeout > 0:
+                kwargs["variable_timeout"] = self.app.variable_timeout
             try:
-                res = await kbridge.call(
-                    self.serverapp, rec.kernel_id, "checkpoint", progress=progress_for(rec),
+                res = await self._call_watched(
+                    rec.kernel_id, "checkpoint", progress=progress_for(rec),
                     timeout=self.app.bridge_timeout, store_url=self.app.store_url or None,
                     key_path=self.app.key_path or None, stream=rec.stream, token=token,
                     meta={"trigger": flight.trigger, "flight": flight.id,
                           "kernel_id": rec.kernel_id, "path": rec.path},
-                    keep=self.app.keep_checkpoints or None,
+                    keep=self.app.keep_checkpoints or None, **kwargs,
                 )
+            except KernelDied as e:
+                raise await self._kernel_died(rec, flight, str(e)) from e
             except Exception as e:
                 raise StepError(f"checkpoint of {rec.label} failed: {e}",
                                 reason="checkpoint_error") from e
@@ -556,8 +665,59 @@ class Lifecycle:
             rec.bytes_total = int(res.get("bytes_total") or 0)
             rec.variables = list(res.get("variables") or [])
 
-        await asyncio.gather(*(one(r) for r in records))
+        tasks = [asyncio.ensure_future(one(r)) for r in records]
+        try:
+            # The first kernel that fails (one that died, above all) ends the step at once.
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()  # no-op for finished ones; stops the others' progress updates
+            await asyncio.gather(*tasks, return_exceptions=True)
         self._progress_event(force=True)
+
+    async def _call_watched(self, kernel_id: str, func: str, **kwargs: Any) -> dict[str, Any]:
+        """``kbridge.call`` raced against the kernel's death: a kernel whose process ends, or is
+        replaced by a restart, can never answer, so the call ends at once (KernelDied) instead
+        of waiting out its timeout."""
+        km = self.serverapp.kernel_manager
+        try:
+            kernel = km.get_kernel(kernel_id)
+        except KeyError:
+            raise KernelDied("the kernel is not running") from None
+        pid = _kernel_pid(kernel)
+        call = asyncio.ensure_future(kbridge.call(self.serverapp, kernel_id, func, **kwargs))
+        watch = asyncio.ensure_future(_watch_death(km, kernel_id, pid))
+        try:
+            done, _ = await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if call in done:
+                if call.exception() is not None:
+                    # A call that failed because the kernel went away says so.
+                    why = await _death(km, kernel_id, pid)
+                    if why:
+                        raise KernelDied(why) from call.exception()
+                return call.result()
+            raise KernelDied(watch.result())
+        finally:
+            for task in (call, watch):
+                if not task.done():
+                    task.cancel()
+            # Let the call's own clean-up (closing its client) run before going on.
+            await asyncio.gather(call, watch, return_exceptions=True)
+
+    async def _kernel_died(self, rec: KernelRecord, flight: Flight, why: str) -> StepError:
+        """The truth about a kernel that died mid-checkpoint, and the way back it leaves."""
+        offer = await asyncio.to_thread(self._offer_previous, [copy.copy(rec)], flight.id)
+        if offer:
+            last = offer["previous"][0]
+            prev = (f"its last checkpoint is {last['checkpoint_id']} "
+                    f"({_age_text(last.get('created'))})")
+            hint = ("Its memory is gone. Resume to restore that checkpoint into it, or pause "
+                    "again to checkpoint the kernels as they are now.")
+        else:
+            prev = "it has no earlier checkpoint"
+            hint = "Its memory is gone and no earlier checkpoint of it exists; pause again."
+        return StepError(f"the kernel of {rec.label} died during the checkpoint ({why}); {prev}",
+                         reason="kernel_died", hint=hint, resume_from=offer)
 
     # ---------------------------------------------------------------- resume
 
@@ -684,7 +844,11 @@ class Lifecycle:
         # sees "restored" and the server never restores a second time over it.
         await kbridge.wait_idle(self.serverapp, kid, self.app.bridge_timeout)
         try:
-            res = await kbridge.call(self.serverapp, kid, "liveness",
+            # retries=1: an unanswered liveness call is sent once more on a new connection
+            # before we give up. A kernel that still answers neither may be alive and busy with
+            # the person's memory in it: it is never restored over (that could overwrite live
+            # work); it is reported failed, and Resume again verifies it afresh.
+            res = await kbridge.call(self.serverapp, kid, "liveness", retries=1,
                                      timeout=self.app.liveness_timeout)
         except Exception as e:  # noqa: BLE001 - no answer: neither live nor safely restorable
             out.update(outcome="failed", reason=f"the kernel did not answer the liveness "
@@ -807,7 +971,8 @@ class Lifecycle:
             "timeout" if isinstance(exc, asyncio.TimeoutError) else "other")
         message = str(exc) or exc.__class__.__name__
         hint = getattr(exc, "hint", None)
-        if flight.kind == "pause" and state_after == "failed":
+        resume_from = getattr(exc, "resume_from", None)
+        if flight.kind == "pause" and state_after == "failed" and reason != "kernel_died":
             hint = f"{PAUSE_FAILED_SAFE} {hint or 'Pause again to retry.'}"
         if not isinstance(exc, (StepError, BackendError)):
             self.log.exception("jupyter_pause: %s failed during %s", flight.kind, step)
@@ -818,6 +983,8 @@ class Lifecycle:
                                   "hint": hint, "state_after": state_after}
         if report is not None:
             fields["report"] = report
+        if resume_from and flight.kind == "pause" and state_after == "failed":
+            fields["resume_from"] = resume_from
         self.step = None
         await self._record("failed", flight=flight, **fields)
 
@@ -842,6 +1009,86 @@ class Lifecycle:
         connections = sum(getattr(km, "_kernel_connections", {}).get(k, 0) for k in ids)
         await self._record("activity", flight=False, busy_kernels=busy, connections=connections,
                            kernels=len(ids))
+
+
+def _open_store(app: PauseApp) -> Any:
+    """The configured store with its key: listings hold authentic checkpoints only."""
+    from ..checkpoint import load_or_create_key, open_store
+
+    url = app.store_url or None
+    return open_store(url, key=load_or_create_key(app.key_path or None, store=open_store(url)))
+
+
+def _kernel_pid(kernel: Any) -> int | None:
+    provisioner = getattr(kernel, "provisioner", None)
+    pid = getattr(provisioner, "pid", None)
+    return pid if isinstance(pid, int) else None
+
+
+async def _death(km: Any, kernel_id: str, pid: int | None) -> str | None:
+    """Why the kernel that ran as ``pid`` can no longer answer, or None while it can."""
+    try:
+        kernel = km.get_kernel(kernel_id)
+    except KeyError:
+        return "the kernel was shut down"
+    now = _kernel_pid(kernel)
+    if pid is not None and now is not None and now != pid:
+        return "its process ended and jupyter_server restarted it empty"
+    if getattr(kernel, "execution_state", None) in ("dead", "restarting"):
+        return "its process ended"
+    try:
+        alive = await ensure_async(kernel.is_alive())
+    except Exception:  # noqa: BLE001 - a provisioner that cannot tell: assume alive
+        alive = True
+    return None if alive else "its process ended"
+
+
+async def _watch_death(km: Any, kernel_id: str, pid: int | None) -> str:
+    while True:
+        try:
+            why = await _death(km, kernel_id, pid)
+        except Exception:  # noqa: BLE001 - a watcher that cannot tell must not fail the call
+            why = None
+        if why:
+            return why
+        await asyncio.sleep(KERNEL_WATCH_INTERVAL)
+
+
+def _age_text(created: str | None) -> str:
+    try:
+        seconds = max(0.0, (datetime.now(timezone.utc) - parse_iso(str(created))).total_seconds())
+    except (TypeError, ValueError):
+        return "of unknown age"
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if n != 1 else ''} old"
+    return f"{int(seconds)} s old"
+
+
+def _offer_text(offer: dict[str, Any]) -> str:
+    items = [f"{p.get('path') or p.get('stream')}: checkpoint {p.get('checkpoint_id')}, "
+             f"{_age_text(p.get('created'))}" for p in offer.get("previous") or []]
+    return "previous checkpoints: " + "; ".join(items)
+
+
+def _resume_from(pause: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What a resume would restore, with each checkpoint's age (for the UI)."""
+    if not pause:
+        return None
+    if not pause.get("offered"):
+        return {"offered": False, "checkpoints": [
+            {"path": k.get("path"), "checkpoint_id": k.get("checkpoint_id")}
+            for k in pause.get("kernels") or []]}
+    now = datetime.now(timezone.utc)
+    items = []
+    for p in pause.get("previous") or []:
+        try:
+            age = round((now - parse_iso(str(p.get("created")))).total_seconds(), 1)
+        except (TypeError, ValueError):
+            age = None
+        items.append({**p, "age_s": age})
+    return {"offered": True, "checkpoints": items}
 
 
 def _stopped_outcome(rec: KernelRecord, kernel_id: str | None) -> dict[str, Any]:

@@ -59,5 +59,14 @@ FLIGHTS = Counter(
 )
 
 
+# Triggers arrive as free text in request bodies: as a label each new value would be a new time
+# series, so only these known ones are kept and anything else counts as "other".
+TRIGGERS = frozenset({"manual", "idle", "api", "magic", "startup", "validate"})
+
+
 def failure_reason(reason: str | None) -> str:
     return reason if reason in FAILURE_REASONS else "other"
+
+
+def trigger_label(trigger: str | None) -> str:
+    return trigger if trigger in TRIGGERS else "other"

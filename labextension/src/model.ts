@@ -107,6 +107,58 @@ export interface IStatus {
   kernels?: IKernelInfo[];
   last_checkpoint?: ICheckpointSummary | null;
   last_report?: IReport | null;
+  /** True when POST resume would work now (paused, or a failure that left a way back). */
+  resume_available?: boolean;
+  /** What a resume would restore; `offered` when it is an older checkpoint (a pause failed). */
+  resume_from?: IResumeFrom | null;
+}
+
+/** The checkpoints a resume restores; `offered` ones are the way back after a failed pause. */
+export interface IResumeFrom {
+  offered: boolean;
+  checkpoints: {
+    path?: string | null;
+    checkpoint_id?: string | null;
+    created?: string | null;
+    age_s?: number | null;
+  }[];
+}
+
+/** "3 minutes", "2 hours", "1 day": how old a checkpoint is. */
+export function formatAge(seconds: number | null | undefined, trans: ITrans): string {
+  if (seconds === null || seconds === undefined || !isFinite(seconds)) {
+    return trans.__('unknown age');
+  }
+  const units: [number, string, string][] = [
+    [86400, '%1 day', '%1 days'],
+    [3600, '%1 hour', '%1 hours'],
+    [60, '%1 minute', '%1 minutes']
+  ];
+  for (const [size, one, many] of units) {
+    if (seconds >= size) {
+      const n = Math.floor(seconds / size);
+      return trans._n(one, many, n);
+    }
+  }
+  return trans._n('%1 second', '%1 seconds', Math.max(0, Math.floor(seconds)));
+}
+
+/** One line per offered checkpoint: "a.ipynb: checkpoint X (5 minutes old)". */
+export function describeOffer(status: IStatus | null, trans: ITrans): string {
+  const from = status?.resume_from;
+  if (!from || !from.offered || !from.checkpoints.length) {
+    return '';
+  }
+  return from.checkpoints
+    .map(c =>
+      trans.__(
+        '%1: checkpoint %2 (%3 old)',
+        c.path || trans.__('a kernel'),
+        c.checkpoint_id || '?',
+        formatAge(c.age_s, trans)
+      )
+    )
+    .join('; ');
 }
 
 /**
@@ -447,12 +499,14 @@ export function describeStatus(
     case 'failed': {
       const what =
         status.flight?.kind === 'resume' ? trans.__('Resume failed') : trans.__('Pause failed');
+      const offer = describeOffer(status, trans);
       return {
         state: 'failed',
         label: what,
         tooltip: lines(
           `${what}: ${status.reason || trans.__('no reason given')}`,
           hint ? trans.__('What to do: %1', hint) : '',
+          offer ? trans.__('Resume restores the previous checkpoint: %1', offer) : '',
           trans.__('Click for details.')
         ),
         severity: 'error',
@@ -525,6 +579,20 @@ export function describeAction(
       pending
         ? trans.__('Sending the request…')
         : trans.__('Resume: bring the kernels back, live if they survived, otherwise restored from the checkpoint.')
+    );
+  }
+  if (status.state === 'failed' && status.resume_available) {
+    const offer = describeOffer(status, trans);
+    return resume(
+      !pending,
+      pending
+        ? trans.__('Sending the request…')
+        : offer
+          ? trans.__('Resume: restore the previous checkpoint into fresh kernels (%1).', offer)
+          : trans.__(
+              'Resume again. The last attempt failed: %1',
+              status.reason || trans.__('no reason given')
+            )
     );
   }
   if (status.state === 'failed' && status.flight?.kind === 'resume') {

@@ -10,7 +10,13 @@ from typing import ClassVar
 
 import pytest
 
-from jupyter_pause.checkpoint import load_or_create_key, open_store, read, write
+from jupyter_pause.checkpoint import (
+    default_key_path,
+    load_or_create_key,
+    open_store,
+    read,
+    write,
+)
 from jupyter_pause.cli_policy import main as cli_main
 from jupyter_pause.cluster.base import Backend
 from jupyter_pause.policy.gc import GCError, run_gc, usage
@@ -29,10 +35,12 @@ def blob_files(root: str) -> set[str]:
 
 
 @pytest.fixture()
-def populated(tmp_path):
+def populated(tmp_path, monkeypatch):
     root = str(tmp_path / "store")
     store = open_store(root)
-    key = load_or_create_key(str(tmp_path / "key"))
+    # gc authenticates what it deletes: it loads the key from where the configuration says
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    key = load_or_create_key(default_key_path())
     shared = b"s" * 5000  # the same blob in every checkpoint of a.ipynb
     ids: dict[str, list[str]] = {"a.ipynb": [], "b.ipynb": []}
     for i in range(4):

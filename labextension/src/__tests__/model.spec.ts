@@ -296,6 +296,35 @@ describe('describeAction', () => {
     assert.match(resumeFailed.tooltip, /no capacity/);
   });
 
+  it('offers the previous checkpoint after an interrupted pause', () => {
+    const failed = status({
+      state: 'failed',
+      reason: 'the server stopped during checkpointing',
+      hint: 'Resume to restore the previous checkpoint into fresh kernels, or pause again.',
+      kernels: [],
+      resume_available: true,
+      resume_from: {
+        offered: true,
+        checkpoints: [{ path: 'a.ipynb', checkpoint_id: 'cp7', age_s: 7260 }]
+      }
+    });
+    const a = describeAction(failed, null, [], false, trans);
+    assert.deepEqual([a.mode, a.enabled, a.label], ['resume', true, 'Resume']);
+    assert.match(a.tooltip, /a\.ipynb: checkpoint cp7 \(2 hours old\)/);
+    const view = describeStatus(failed, null, trans);
+    assert.equal(view.state, 'failed');
+    assert.match(view.tooltip, /Resume restores the previous checkpoint: a\.ipynb: checkpoint cp7/);
+    // No way back left (no earlier checkpoint): pausing again is the action.
+    const none = describeAction(
+      status({ state: 'failed', reason: 'kernel died', resume_available: false }),
+      null,
+      [],
+      false,
+      trans
+    );
+    assert.equal(none.mode, 'pause');
+  });
+
   it('is disabled with the error when the server is unreachable', () => {
     const a = describeAction(null, 'network down', [], false, trans);
     assert.equal(a.enabled, false);

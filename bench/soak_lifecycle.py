@@ -1,0 +1,352 @@
+"""Soak test of the lifecycle: many pause/resume cycles on a real server, every resume checked.
+
+Starts a real ``jupyter server`` (temporary root, state, store and key; token auth; the default
+local backend), opens ``--notebooks`` notebook sessions through ``/api/sessions`` and gives each
+kernel real state: a numpy array, a pandas DataFrame and, when torch is importable, a small torch
+model. Then ``--cycles`` times: set ``cycle = N`` in every kernel, ``POST pause``, wait for
+``paused``, ``POST resume``, wait for ``ready``, and check in each notebook's (new) kernel that
+every variable came back with the same fingerprint and ``cycle == N`` (a stale checkpoint fails).
+
+A failed cycle is counted, reported with the server's reason, and the workspace is brought back
+(Resume again) so the soak goes on. Prints failures (must be 0) and p50/p99/max of
+  pause    POST pause  -> state "paused" (checkpoints written, kernels shut down)
+  resume   POST resume -> state "ready"
+  to cell  POST resume -> a cell has run in every notebook's kernel (the README's time to resume)
+``--load`` runs 2 CPU-burning processes beside it. Time-bounded by ``--max-minutes``.
+Exit code: 0 all cycles passed, 1 a failure, 2 stopped by the time bound before ``--cycles``.
+
+    python bench/soak_lifecycle.py --cycles 200 --notebooks 3 [--load]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import importlib.util
+import json
+import multiprocessing
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+TOKEN = "soak-token"
+API = "jupyter-pause/api"
+SETUP = """
+import numpy as np, pandas as pd
+arr = np.random.default_rng({seed}).random((256, 1024))
+df = pd.DataFrame({{"i": np.arange(20_000), "x": np.random.default_rng({seed} + 1).random(20_000),
+                    "s": [f"row{{k}}" for k in range(20_000)]}})
+try:
+    import torch
+    torch.manual_seed({seed})
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+                                torch.nn.Linear(128, 10))
+except ImportError:
+    model = None
+cycle = -1
+"""
+# Evaluated as user_expressions: answered on the shell channel alone (no IOPub to miss).
+FINGERPRINT = {
+    "arr": "repr((arr.shape, float(arr.sum())))",
+    "df": "repr((df.shape, float(df['x'].sum()), df['s'].iloc[-1]))",
+    "model": "repr(None if model is None else "
+             "round(float(sum(p.double().sum() for p in model.parameters())), 9))",
+    "cycle": "cycle",  # text/plain is the repr: "3"
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Api:
+    """The server's REST API with token auth (token requests need no XSRF cookie)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.headers = {"Authorization": f"token {TOKEN}", "Content-Type": "application/json"}
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None,
+             timeout: float = 60) -> tuple[int, Any]:
+        # A connection per call: a server-side hiccup never poisons the next request.
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request(method, "/" + path, body=None if body is None else json.dumps(body),
+                         headers=self.headers)
+            resp = conn.getresponse()
+            raw = resp.read()
+        finally:
+            conn.close()
+        try:
+            return resp.status, json.loads(raw) if raw else {}
+        except ValueError:
+            return resp.status, {"message": raw[:200].decode(errors="replace")}
+
+
+def start_server(tmp: str, port: int) -> subprocess.Popen[bytes]:
+    config = os.path.join(tmp, "config")
+    os.makedirs(config)
+    os.makedirs(os.path.join(tmp, "root"))
+    with open(os.path.join(config, "jupyter_server_config.json"), "w") as f:
+        json.dump({
+            "ServerApp": {"jpserver_extensions": {"jupyter_pause": True}, "allow_root": True,
+                          "open_browser": False, "port_retries": 0,
+                          "root_dir": os.path.join(tmp, "root")},
+            "IdentityProvider": {"token": TOKEN},
+            "PauseApp": {"state_dir": os.path.join(tmp, "state"),
+                         "store_url": os.path.join(tmp, "store"),
+                         "key_path": os.path.join(tmp, "key", "checkpoint.key")},
+        }, f)
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": config,
+           "JUPYTER_RUNTIME_DIR": os.path.join(tmp, "runtime"),
+           "JUPYTER_DATA_DIR": os.path.join(tmp, "data")}
+    log = open(os.path.join(tmp, "server.log"), "wb")  # noqa: SIM115 - lives with the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "jupyter_server", f"--port={port}", "--ip=127.0.0.1"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_up(api: Api, proc: subprocess.Popen[bytes], deadline_s: float = 120) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit("the server exited at start; see server.log")
+        try:
+            if api.call("GET", f"{API}/status", timeout=5)[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit("the server did not start within 120 s")
+
+
+class CellError(Exception):
+    pass
+
+
+def run_cell(tmp: str, kernel_id: str, code: str, expressions: dict[str, str] | None = None,
+             timeout: float = 120) -> dict[str, str]:
+    """Run ``code`` in the kernel over its shell channel; return the user expressions' values.
+
+    Only the shell reply is awaited: it carries the outcome and the expressions, so this check
+    does not depend on IOPub subscriptions (what the soak is probing on the server side).
+    """
+    from jupyter_client.blocking import BlockingKernelClient
+
+    path = os.path.join(tmp, "runtime", f"kernel-{kernel_id}.json")
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise CellError(f"no connection file for kernel {kernel_id}")
+        time.sleep(0.1)
+    kc = BlockingKernelClient()
+    kc.load_connection_file(path)
+    kc.start_channels(iopub=False, stdin=False, hb=False, control=False)
+    try:
+        msg_id = kc.execute(code, silent=False, store_history=False,
+                            user_expressions=expressions or {})
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CellError(f"kernel {kernel_id[:8]} gave no reply within {timeout:.0f} s")
+            try:
+                reply = kc.get_shell_msg(timeout=left)
+            except queue.Empty:
+                continue  # the loop re-checks the deadline
+            if reply["parent_header"].get("msg_id") == msg_id:
+                break
+    finally:
+        kc.stop_channels()
+    content = reply["content"]
+    if content["status"] != "ok":
+        raise CellError(f"{content.get('ename')}: {content.get('evalue')}")
+    out = {}
+    for name, res in (content.get("user_expressions") or {}).items():
+        if res.get("status") != "ok":
+            raise CellError(f"{name}: {res.get('ename')}: {res.get('evalue')}")
+        out[name] = res["data"]["text/plain"]
+    return out
+
+
+def kernels_by_path(api: Api) -> dict[str, str]:
+    code, sessions = api.call("GET", "api/sessions")
+    if code != 200:
+        raise CellError(f"GET api/sessions answered {code}")
+    return {s["path"]: s["kernel"]["id"] for s in sessions if s.get("kernel")}
+
+
+def wait_flight(api: Api, ends: tuple[str, ...], timeout: float) -> dict[str, Any]:
+    """Poll status until no flight runs and the state is one of ``ends``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        code, st = api.call("GET", f"{API}/status")
+        if code == 200 and st.get("flight") is None and st.get("state") in ends:
+            return st
+        if time.monotonic() > deadline:
+            raise CellError(f"still {st.get('state')!r} after {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def burn() -> None:  # pragma: no cover - runs in a child process
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    while True:
+        pass
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
+def summary(name: str, values: list[float]) -> str:
+    if not values:
+        return f"{name:<9} n=    0"
+    return (f"{name:<9} n={len(values):>5}  p50={pct(values, 0.5):7.2f} s  "
+            f"p99={pct(values, 0.99):7.2f} s  max={max(values):7.2f} s")
+
+
+def reason(st: dict[str, Any]) -> str:
+    return f"state {st.get('state')}: {st.get('reason') or ''} {st.get('hint') or ''}".strip()
+
+
+def recover(api: Api) -> str:
+    """After a failed cycle, bring the workspace back to running (Resume again if paused)."""
+    code, st = api.call("GET", f"{API}/status")
+    if st.get("flight") is not None:
+        st = wait_flight(api, ("paused", "ready", "running", "failed"), 600)
+    if st.get("state") in ("paused", "failed"):
+        code, _ = api.call("POST", f"{API}/resume", {})
+        if code == 202:
+            st = wait_flight(api, ("ready", "failed", "running", "paused"), 600)
+    return str(st.get("state"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cycles", type=int, default=200)
+    ap.add_argument("--notebooks", type=int, default=3)
+    ap.add_argument("--load", action="store_true", help="run 2 CPU-burning processes beside it")
+    ap.add_argument("--max-minutes", type=float, default=120.0,
+                    help="start no new cycle after this long (exit code 2 if cut short)")
+    ap.add_argument("--step-timeout", type=float, default=300.0,
+                    help="seconds a pause or a resume may take before the cycle fails")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = ap.parse_args()
+
+    started = time.monotonic()
+    tmp = tempfile.mkdtemp(prefix="soak-lifecycle-")
+    burners = [multiprocessing.Process(target=burn, daemon=True) for _ in range(2 * args.load)]
+    for b in burners:
+        b.start()
+    port = free_port()
+    proc = start_server(tmp, port)
+    api = Api(port)
+    failures: list[str] = []
+    t_pause: list[float] = []
+    t_resume: list[float] = []
+    t_cell: list[float] = []
+    done = 0
+    try:
+        wait_up(api, proc)
+        paths = [f"soak-{i}.ipynb" for i in range(args.notebooks)]
+        expected: dict[str, dict[str, str]] = {}
+        for i, path in enumerate(paths):
+            code, s = api.call("POST", "api/sessions", {
+                "path": path, "name": path, "type": "notebook", "kernel": {"name": "python3"}})
+            if code not in (200, 201):
+                raise SystemExit(f"cannot open {path}: {code} {s}")
+            expected[path] = run_cell(tmp, s["kernel"]["id"], SETUP.format(seed=i), FINGERPRINT)
+        torch_on = all(v["model"] != "None" for v in expected.values())
+        print(f"server on port {port}, {args.notebooks} notebooks (numpy, pandas"
+              f"{', torch' if torch_on else '; torch not importable'}), {args.cycles} cycles"
+              f"{', 2 CPU burners' if args.load else ''}; dir {tmp}", flush=True)
+
+        for n in range(args.cycles):
+            if time.monotonic() - started > args.max_minutes * 60:
+                print(f"time bound of {args.max_minutes:g} min reached after {done} cycles")
+                break
+            try:
+                kernels = kernels_by_path(api)
+                for path in paths:
+                    run_cell(tmp, kernels[path], f"cycle = {n}")
+                    expected[path]["cycle"] = repr(n)
+                t0 = time.perf_counter()
+                code, body = api.call("POST", f"{API}/pause", {})
+                if code != 202:
+                    raise CellError(f"POST pause answered {code}: {body.get('message')}")
+                st = wait_flight(api, ("paused", "failed", "running"), args.step_timeout)
+                if st["state"] != "paused":
+                    raise CellError(f"pause failed: {reason(st)}")
+                t_pause.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                code, body = api.call("POST", f"{API}/resume", {})
+                if code != 202:
+                    raise CellError(f"POST resume answered {code}: {body.get('message')}")
+                st = wait_flight(api, ("ready", "failed", "paused", "running"), args.step_timeout)
+                if st["state"] != "ready":
+                    raise CellError(f"resume failed: {reason(st)}")
+                t_resume.append(time.perf_counter() - t0)
+                kernels = kernels_by_path(api)
+                for path in paths:
+                    if path not in kernels:
+                        raise CellError(f"{path} has no kernel after resume")
+                    got = run_cell(tmp, kernels[path], "", FINGERPRINT)
+                    wrong = {k: (got.get(k), v) for k, v in expected[path].items()
+                             if got.get(k) != v}
+                    if wrong:
+                        raise CellError(f"{path} came back different: {wrong}")
+                t_cell.append(time.perf_counter() - t0)
+                print(f"cycle {n + 1:>4}/{args.cycles}: pause {t_pause[-1]:6.2f} s  "
+                      f"resume {t_resume[-1]:6.2f} s  to cell {t_cell[-1]:6.2f} s  "
+                      f"({st.get('outcome')})", flush=True)
+            except (CellError, OSError, KeyError) as e:
+                msg = f"cycle {n + 1}: {type(e).__name__}: {e}"
+                failures.append(msg)
+                print("FAIL " + msg, flush=True)
+                try:
+                    print(f"     recovered to {recover(api)!r}", flush=True)
+                except (CellError, OSError) as e2:
+                    print(f"     could not recover: {e2}", flush=True)
+                    done += 1
+                    break
+            done += 1
+            if proc.poll() is not None:
+                failures.append(f"the server exited (code {proc.returncode})")
+                break
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for b in burners:
+            b.terminate()
+    print(f"\n{done} cycles x {args.notebooks} notebooks, failures: {len(failures)}"
+          f"{' (with 2 CPU burners)' if args.load else ''}")
+    for f in failures:
+        print("  " + f)
+    print(summary("pause", t_pause))
+    print(summary("resume", t_resume))
+    print(summary("to cell", t_cell))
+    if args.keep or failures:
+        print(f"kept {tmp} (server.log, state/journal.jsonl)")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        return 1
+    return 0 if done >= args.cycles else 2
+
+
+if __name__ == "__main__":
+    if importlib.util.find_spec("jupyter_pause") is None:
+        raise SystemExit("jupyter_pause is not importable: run this with the project's venv")
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""The bridge never loses a reply: many calls, each on a fresh client, some on a loaded machine;
+a client that hears nothing on IOPub still gets its answer; an unanswered liveness call is
+retried on a new connection, and a state-changing call never is."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import zmq
+
+from jupyter_pause.server import bridge
+
+pytestmark = pytest.mark.timeout(300)
+
+IDLE_CALLS = 250
+LOADED_CALLS = 250
+CALL_TIMEOUT = 30  # generous: a failure here means a lost reply, not a slow machine
+
+
+async def _kernel_pid(ws, kid: str) -> int:
+    return int((await ws.run(kid, "import os; print(os.getpid())")).strip())
+
+
+def _burn(n: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+async def _calls(ws, kid: str, pid: int, n: int, failures: list[str]) -> None:
+    for i in range(n):
+        try:
+            res = await bridge.call(ws.serverapp, kid, "liveness", timeout=CALL_TIMEOUT)
+        except bridge.BridgeError as e:
+            failures.append(f"call {i}: {e}")
+            continue
+        if not (res.get("ok") is True and res.get("pid") == pid):
+            failures.append(f"call {i}: wrong result {res}")
+
+
+async def test_500_bridge_calls_on_fresh_clients_lose_no_reply(ws):
+    nb = await ws.open_notebook("soak.ipynb")
+    kid = nb["kernel"]["id"]
+    pid = await _kernel_pid(ws, kid)
+    failures: list[str] = []
+    started = time.monotonic()
+    await _calls(ws, kid, pid, IDLE_CALLS, failures)
+    burners = _burn(2)  # both cores busy with other processes
+    try:
+        await _calls(ws, kid, pid, LOADED_CALLS, failures)
+    finally:
+        for p in burners:
+            p.kill()
+        for p in burners:
+            p.wait()
+    print(f"{IDLE_CALLS + LOADED_CALLS} bridge calls in {time.monotonic() - started:.1f} s")
+    assert failures == [], failures[:5]
+
+
+async def test_a_client_that_hears_nothing_on_iopub_still_gets_its_reply(ws):
+    """The old failure: a fresh SUB socket whose subscription has not reached the kernel misses
+    the request's ``status: idle``; ``execute_interactive`` then waited out its whole timeout
+    although the reply was on the shell channel. Here IOPub hears nothing at all."""
+    nb = await ws.open_notebook("deaf.ipynb")
+    kid = nb["kernel"]["id"]
+    pid = await _kernel_pid(ws, kid)
+    kc = bridge.own_client(ws.serverapp, kid)
+    kc.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
+    try:
+        kc.iopub_channel.socket.setsockopt(zmq.UNSUBSCRIBE, b"")  # deaf from now on
+        for _ in range(3):
+            res = await bridge.run_bridge(kc, "liveness", timeout=CALL_TIMEOUT)
+            assert "timeout" not in res, res
+            assert res["ok"] is True and res["pid"] == pid, res
+    finally:
+        kc.stop_channels()
+
+
+async def test_an_unanswered_liveness_call_is_retried_on_a_new_connection(ws, monkeypatch):
+    nb = await ws.open_notebook("retry.ipynb")
+    kid = nb["kernel"]["id"]
+    pid = await _kernel_pid(ws, kid)
+    real = bridge.own_client
+    made = []
+
+    def first_one_unheard(serverapp, kernel_id):
+        kc = real(serverapp, kernel_id)
+        if not made:
+            kc.session.key = b"not-the-kernel-key"  # the kernel drops what this one signs
+        made.append(kc)
+        return kc
+
+    monkeypatch.setattr(bridge, "own_client", first_one_unheard)
+    res = await bridge.call(ws.serverapp, kid, "liveness", timeout=3, retries=1)
+    assert res["ok"] is True and res["pid"] == pid, res
+    assert len(made) == 2 and made[0].session.session != made[1].session.session
+
+    def never_heard(serverapp, kernel_id):
+        kc = real(serverapp, kernel_id)
+        kc.session.key = b"not-the-kernel-key"
+        made.append(kc)
+        return kc
+
+    made.clear()
+    monkeypatch.setattr(bridge, "own_client", never_heard)
+    with pytest.raises(bridge.BridgeError, match="2 attempts"):
+        await bridge.call(ws.serverapp, kid, "liveness", timeout=2, retries=1)
+    assert len(made) == 2
+
+
+async def test_state_changing_calls_are_never_retried(ws):
+    nb = await ws.open_notebook("once.ipynb")
+    for func in ("checkpoint", "restore", "recompute"):
+        with pytest.raises(ValueError, match="never retried"):
+            await bridge.call(ws.serverapp, nb["kernel"]["id"], func, timeout=5, retries=1)
+
+
+@pytest.mark.parametrize("how", ["shutdown", "sigkill"])
+async def test_a_call_to_a_kernel_that_goes_away_ends_at_once(ws, how, monkeypatch):
+    """Not at its timeout: a stopped kernel, or one jupyter_server restarted (memory gone)."""
+    nb = await ws.open_notebook(f"gone-{how}.ipynb")
+    kid = nb["kernel"]["id"]
+    pid = await _kernel_pid(ws, kid)
+    km = ws.serverapp.kernel_manager
+    busy = asyncio.ensure_future(ws.run(kid, "import time; time.sleep(600)"))
+    try:
+        deadline = time.monotonic() + 30
+        while km.get_kernel(kid).execution_state != "busy" and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        sent = asyncio.Event()
+        real = bridge.own_client
+
+        def spied(serverapp, kernel_id):
+            kc = real(serverapp, kernel_id)
+            execute = kc.execute
+
+            def execute_and_tell(*args, **kwargs):
+                msg_id = execute(*args, **kwargs)
+                sent.set()
+                return msg_id
+
+            kc.execute = execute_and_tell
+            return kc
+
+        monkeypatch.setattr(bridge, "own_client", spied)
+        call = asyncio.ensure_future(bridge.call(ws.serverapp, kid, "liveness", timeout=600))
+        await asyncio.wait_for(sent.wait(), 30)  # sent; it queues behind the running cell
+        assert not call.done()
+        if how == "shutdown":
+            await km.shutdown_kernel(kid, now=True)
+        else:
+            os.kill(pid, signal.SIGKILL)  # jupyter_server restarts it: the memory is gone
+        with pytest.raises(bridge.BridgeError, match="stopped|restarted"):
+            await asyncio.wait_for(call, 60)
+    finally:
+        busy.cancel()
+
+
+async def test_a_liveness_call_across_a_kernel_restart_gets_the_new_process_answer(
+        ws, monkeypatch):
+    """A retried read-only call asks the restarted process (the restore decision needs it)."""
+    nb = await ws.open_notebook("reborn.ipynb")
+    kid = nb["kernel"]["id"]
+    pid = await _kernel_pid(ws, kid)
+    busy = asyncio.ensure_future(ws.run(kid, "import time; time.sleep(600)"))
+    sent = asyncio.Event()
+    real = bridge.run_bridge
+
+    async def spied(kc, func, **kwargs):
+        execute = kc.execute
+
+        def execute_and_tell(*args, **kw):
+            msg_id = execute(*args, **kw)
+            sent.set()
+            return msg_id
+
+        kc.execute = execute_and_tell
+        return await real(kc, func, **kwargs)
+
+    monkeypatch.setattr(bridge, "run_bridge", spied)
+    try:
+        call = asyncio.ensure_future(
+            bridge.call(ws.serverapp, kid, "liveness", timeout=600, retries=1))
+        await asyncio.wait_for(sent.wait(), 30)
+        os.kill(pid, signal.SIGKILL)  # jupyter_server restarts it under the same kernel id
+        res = await asyncio.wait_for(call, 120)
+    finally:
+        busy.cancel()
+    assert res["ok"] is True and res["pid"] != pid and res["token"] is None, res
