@@ -55,11 +55,6 @@ echo "== frontend unit tests"
 (cd labextension && jlpm test)
 
 echo "== pytest${STRICT:+ (CI=true: a missing prerequisite fails its tests)}"
-# -ra lists every skip (and why) at the end; conftest.py adds a one-line summary of the skips
-# that come from a missing prerequisite.
-set +e
-python -m pytest -ra "$@"
-rc=$?
-set -e
-if [ "$rc" = 0 ]; then echo "== tests passed"; else echo "== tests FAILED (pytest exit code $rc)" >&2; fi
-exit "$rc"
+# -ra (pyproject's addopts) lists every skip and why at the end; conftest.py adds one line for
+# the skips that come from a missing prerequisite. pytest's own summary stays the last line.
+exec python -m pytest "$@"

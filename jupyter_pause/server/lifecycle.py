@@ -896,12 +896,15 @@ class Lifecycle:
             if not kid:
                 return
             try:
-                res = await kbridge.call(
-                    self.serverapp, kid, "restore", progress=progress_for(rec),
+                res = await self._call_watched(
+                    kid, "restore", progress=progress_for(rec),
                     timeout=self.app.bridge_timeout, store_url=self.app.store_url or None,
                     key_path=self.app.key_path or None, stream=rec.stream,
                     checkpoint_id=rec.checkpoint_id, device=self.app.restore_device, only=None,
                 )
+            except KernelDied as e:  # at once, not after bridge_timeout
+                out.update(outcome="failed", reason=f"the kernel died during the restore ({e})")
+                return
             except Exception as e:  # noqa: BLE001 - reported per kernel
                 out.update(outcome="failed", reason=str(e))
                 return
