@@ -6,6 +6,11 @@
                                                            \\-> restoring -> ready (restored)
     any step -> failed (with reason; the last good checkpoint is still there)
 
+A pause whose kernels lost their memory on the way (a kernel died mid-checkpoint, or the server
+died with its kernels) fails with ``resume_from``: the previous good checkpoint of each such
+notebook, which becomes the state's ``pause`` (marked ``offered``) so that POST resume restores
+it; a new pause replaces the offer.
+
 Each transition is a journal event (contract §4). ``apply()`` is the only code that turns events
 into state, so the state after a crash is rebuilt by replaying the journal through it.
 """
