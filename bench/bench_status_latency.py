@@ -110,6 +110,7 @@ def run_cell(tmp: str, kernel_id: str, code: str) -> None:
     kc.load_connection_info(info)
     kc.start_channels()
     try:
+        kc.wait_for_ready(timeout=60)  # IOPub subscribed before execute_interactive waits on it
         reply = kc.execute_interactive(code, timeout=600, output_hook=lambda m: None)
         if reply["content"]["status"] != "ok":
             raise SystemExit(f"cell failed: {reply['content'].get('evalue')}")

@@ -137,7 +137,10 @@ def _size(n: Any) -> str:
 
 def _state_line(st: dict[str, Any]) -> str:
     state = st.get("state")
-    if state == "ready":
+    after_stop = (st.get("last_report") or {}).get("after_stop")
+    if state == "ready" and st.get("outcome") == "restored" and after_stop:
+        text = f"ready: {_after_stop_text(after_stop)}"
+    elif state == "ready":
         text = {"live": "ready: the live kernels came back",
                 "restored": "ready: restored from checkpoint",
                 "fresh": "ready: fresh kernels (nothing restored)"}.get(st.get("outcome"), "ready")
@@ -150,6 +153,27 @@ def _state_line(st: dict[str, Any]) -> str:
     elif step and step.get("message"):
         text += f" ({step['message']})"
     return text
+
+
+def _after_stop_text(after_stop: dict[str, Any]) -> str:
+    from .policy.report import trigger_text
+
+    how = trigger_text(after_stop.get("trigger"), bool(after_stop.get("hub")))
+    return f"restored after the server was stopped ({how})"
+
+
+def print_stop(stopped: dict[str, Any]) -> None:
+    """The last server stop: what its shutdown checkpoint saved, what not and why."""
+    killed = ", killed during its shutdown checkpoint" if stopped.get("interrupted") else ""
+    print(f"Last stop: {stopped.get('at')} ({stopped.get('trigger')}{killed})")
+    pending = set(stopped.get("pending") or [])
+    for k in stopped.get("kernels") or []:
+        name = k.get("path") or "(no notebook)"
+        if k.get("status") == "saved":
+            when = "restored when opened" if name in pending else "saved"
+            print(f"  {name}: saved {k.get('checkpoint_id')} ({when})")
+        else:
+            print(f"  {name}: not saved ({k.get('reason')})")
 
 
 def print_status(st: dict[str, Any]) -> None:
@@ -175,10 +199,14 @@ def print_status(st: dict[str, Any]) -> None:
     if cp:
         print(f"Last checkpoint: {cp.get('id')}  {cp.get('created')}  {_size(cp.get('bytes_total'))}"
               f"  ({cp.get('kernels')} kernel(s))")
+    if st.get("stopped"):
+        print_stop(st["stopped"])
     report = st.get("last_report")
     if report:
         d = report.get("durations") or {}
         took = f" in {d['total_s']:.1f} s" if isinstance(d.get("total_s"), (int, float)) else ""
+        if report.get("after_stop"):
+            took += f" ({_after_stop_text(report['after_stop'])})"
         print(f"Last resume: {report.get('outcome')}{took}")
         for k in report.get("kernels") or []:
             counts: dict[str, int] = {}

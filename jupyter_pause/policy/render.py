@@ -64,6 +64,20 @@ def render_report(report: dict) -> str:
     if t["pauses"]["by_trigger"]:
         out.append("Pauses by trigger: " + ", ".join(
             f"{k} {v}" for k, v in sorted(t["pauses"]["by_trigger"].items())))
+    st = t.get("stops") or {}
+    if st.get("total"):
+        line = (f"Server stops: {st['total']} ("
+                + ", ".join(f"{k} {v}" for k, v in sorted(st["by_trigger"].items()))
+                + f"); kernels saved {st['kernels_saved']}, not saved {st['kernels_not_saved']}")
+        if st["not_saved_by_reason"]:
+            line += " (" + ", ".join(f"{k} {v}" for k, v in
+                                     sorted(st["not_saved_by_reason"].items())) + ")"
+        line += f"; restored after the stop {st['restored_after']}"
+        if st["restore_failed_after"]:
+            line += f", failed {st['restore_failed_after']}"
+        if st["interrupted"]:
+            line += f"; killed during the shutdown checkpoint {st['interrupted']}"
+        out.append(line + f"; stop p50/p90/max {_dist(t['time_to_stop_s'])}")
     if t["sizes"]["snapshots"]:
         out.append(f"Snapshots: {t['sizes']['snapshots']} "
                    f"({_fmt_bytes(t['sizes']['snapshot_bytes'])})")

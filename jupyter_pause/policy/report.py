@@ -11,6 +11,10 @@ Definitions (kept in one place so the numbers can be checked by hand):
   (``{"accelerator": {"type", "count"}}``); the count defaults to ``accelerators`` (1).
 * Time to pause = ``pause_requested`` -> ``accelerator_released``. Time to resume =
   ``resume_requested`` -> ``first_cell_ran``, or ``kernel_usable`` when no cell ran yet.
+* A server stop (flight kind ``stop``: ``shutdown_requested`` -> ``stopped``) is counted with what
+  its shutdown checkpoint saved and not (and why), and the notebooks restored from it later
+  (``restored_after_stop``). It does not enter the accelerator-hours: the journal does not see
+  when the next server got its accelerator back.
 * A flight belongs to the period of its request. Held/released time is split at period bounds
   (UTC days; weeks start on Monday).
 """
@@ -26,16 +30,20 @@ from .journal import Event, Journal, by_flight, iso
 from .stats import distribution, hours
 
 PERIODS = ("day", "week", "all")
+_REQUESTS = {"pause_requested": "pause", "resume_requested": "resume",
+             "shutdown_requested": "stop"}
 _COMPUTE_BACK = ("pod_scheduled", "verified", "restored", "kernel_usable", "first_cell_ran", "ready")
 
 
 @dataclass
 class Flight:
     id: str
-    kind: str  # "pause" | "resume"
+    kind: str  # "pause" | "resume" | "stop"
     requested: float
     trigger: str | None
     events: dict[str, Event] = field(default_factory=dict)  # first event of each name
+    # stop flights: notebooks restored from the stop's checkpoints (outcome -> count)
+    restores: Counter = field(default_factory=Counter)
 
     def at(self, name: str) -> float | None:
         ev = self.events.get(name)
@@ -91,6 +99,8 @@ class Flight:
 
     @property
     def outcome(self) -> str:
+        if self.kind == "stop":
+            return "stopped" if "stopped" in self.events else "incomplete"
         if self.kind == "pause":
             if self.failed is not None:
                 return "failed"
@@ -109,16 +119,18 @@ class Flight:
 def flights(events: list[Event]) -> list[Flight]:
     out: list[Flight] = []
     for fid, evs in by_flight(events):
-        kind = next((e.kind for e in evs if e.kind in ("pause", "resume")), None)
-        req = next((e for e in evs if e.event in ("pause_requested", "resume_requested")), None)
+        kind = next((e.kind for e in evs if e.kind in ("pause", "resume", "stop")), None)
+        req = next((e for e in evs if e.event in _REQUESTS), None)
         if kind is None and req is not None:
-            kind = req.event.split("_")[0]
+            kind = _REQUESTS[req.event]
         if kind is None:
             continue
         f = Flight(id=fid, kind=kind, requested=(req or evs[0]).at,
                    trigger=(req.get("trigger") if req else None))
         for e in evs:
             f.events.setdefault(e.event, e)
+            if e.event == "restored_after_stop":
+                f.restores[str(e.get("outcome") or "unknown")] += 1
         out.append(f)
     out.sort(key=lambda f: f.requested)
     return out
@@ -196,6 +208,60 @@ def _resume_stats(fl: list[Flight]) -> dict:
     }
 
 
+STOP_TRIGGERS = {"signal": "stop signal", "api": "shutdown API", "idle": "idle shutdown",
+                 "culler": "culler"}
+
+
+def trigger_text(trigger: str | None, hub: bool = False) -> str:
+    """How a server stop was asked for, in words (status, report, CLI)."""
+    text = STOP_TRIGGERS.get(str(trigger), str(trigger or "unknown"))
+    return f"{text}, JupyterHub" if hub else text
+
+
+def _not_saved_reason(reason: str) -> str:
+    """A bounded label for why a kernel was not saved at a stop."""
+    text = reason.lower()
+    for label, marker in (("busy", "busy"), ("killed", "killed"), ("budget", "budget"),
+                          ("kernel_died", "died")):
+        if marker in text:
+            return label
+    return "checkpoint_error"
+
+
+def _stop_stats(fl: list[Flight]) -> dict:
+    stops = [f for f in fl if f.kind == "stop"]
+    saved = not_saved = interrupted = 0
+    reasons: Counter = Counter()
+    restores: Counter = Counter()
+    for f in stops:
+        ev = f.events.get("stopped")
+        restores.update(f.restores)
+        if ev is None:
+            continue
+        interrupted += bool(ev.get("interrupted"))
+        for row in ev.get("rows") or []:
+            if row.get("status") == "saved":
+                saved += 1
+            else:
+                not_saved += 1
+                reasons[_not_saved_reason(str(row.get("reason") or ""))] += 1
+    return {
+        "total": len(stops),
+        "by_trigger": dict(Counter(f.trigger or "unknown" for f in stops)),
+        "interrupted": interrupted,
+        "kernels_saved": saved,
+        "kernels_not_saved": not_saved,
+        "not_saved_by_reason": dict(reasons),
+        "restored_after": restores.get("restored", 0),
+        "restore_failed_after": restores.get("failed", 0),
+    }
+
+
+def _time_to_stop(f: Flight) -> float | None:
+    ev = f.events.get("stopped")
+    return None if ev is None else ev.at - f.requested
+
+
 def _size_stats(fl: list[Flight]) -> dict:
     written, totals, snaps = [], [], []
     for f in fl:
@@ -228,11 +294,15 @@ def _section(fl: list[Flight], held, released, s: float, e: float) -> dict:
         "released_share": (rel_h / (held_h + rel_h)) if (held_h + rel_h) > 0 else 0.0,
         "pauses": _pause_stats(fl),
         "resumes": _resume_stats(fl),
+        "stops": _stop_stats(fl),
         "sizes": _size_stats(fl),
         "time_to_pause_s": distribution(f.time_to_pause for f in fl
                                         if f.kind == "pause" and f.time_to_pause is not None),
         "time_to_resume_s": distribution(f.time_to_resume for f in fl
                                          if f.kind == "resume" and f.time_to_resume is not None),
+        # request -> stopped: how long the shutdown checkpoint held the server's exit
+        "time_to_stop_s": distribution(t for t in (_time_to_stop(f) for f in fl
+                                                   if f.kind == "stop") if t is not None),
     }
 
 

@@ -156,10 +156,12 @@ def kill_kernel(pid: int | None, timeout: float = 5.0) -> None:
 
 
 async def _client(connection_file: str, timeout: float, pid: int | None = None) -> Any:
-    """A started client, once the kernel answers ``kernel_info``.
+    """A started client, once the kernel answers ``kernel_info`` and IOPub delivers.
 
     Not ``wait_for_ready()``: without a kernel manager it judges a kernel that is still starting
-    by its heartbeat and gives up; here the process id tells whether it is still there.
+    by its heartbeat and gives up; here the process id tells whether it is still there. Like it,
+    this waits until IOPub delivered a message: ``execute_interactive`` ends on IOPub's idle,
+    which a SUB socket still subscribing would miss (the call would wait out its timeout).
     """
     from jupyter_client.asynchronous import AsyncKernelClient
 
@@ -174,8 +176,10 @@ async def _client(connection_file: str, timeout: float, pid: int | None = None) 
                 while True:
                     reply = await kc.get_shell_msg(timeout=1.0)
                     if reply.get("parent_header", {}).get("msg_id") == msg_id:
-                        return kc
-            except Exception:  # noqa: BLE001, S110 - queue.Empty: not up yet
+                        break
+                await kc.get_iopub_msg(timeout=0.5)  # the request's busy/idle: subscribed
+                return kc
+            except Exception:  # noqa: BLE001, S110 - queue.Empty: not up (or subscribed) yet
                 pass
             if pid is not None and not pid_alive(pid):
                 raise ValidateError(f"the kernel (pid {pid}) exited while starting")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
+import signal
+import sys
+import threading
 from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
@@ -15,6 +19,7 @@ from ..cluster.accelerator import detected_accelerator
 from ..cluster.base import Backend, resolve_backend_class
 from .events import register_schema
 from .lifecycle import Lifecycle
+from .shutdown import checkpoint_on_shutdown, install_restore_hook
 from .statelock import StateDirBusy, StateLock
 
 # Optional modules of this package that add routes and start-up work. Each may define
@@ -82,6 +87,20 @@ class PauseApp(ExtensionApp):
     first_cell_watch = Float(
         86400.0, help="How long after a resume to wait for the first cell (first_cell_ran)."
     ).tag(config=True)
+    checkpoint_on_shutdown = Bool(
+        True, help="When the server is asked to stop (SIGTERM, SIGINT, the shutdown API, "
+        "`jupyter server stop`), checkpoint every kernel before the kernels are shut down.",
+    ).tag(config=True)
+    shutdown_checkpoint_budget = Float(
+        20.0, help="Seconds the shutdown checkpoint may take, waiting for busy kernels "
+        "included; what is not saved by then is named in the journal. The default fits "
+        "Kubernetes' default terminationGracePeriodSeconds (30 s) with room for the kernels' "
+        "own shutdown: raise both together.",
+    ).tag(config=True)
+    restore_after_stop = Bool(
+        True, help="After a stop that saved a notebook's kernel, restore that checkpoint into "
+        "the next kernel started for the notebook, before its session request answers.",
+    ).tag(config=True)
     extension_modules = List(
         Unicode(), DEFAULT_EXTENSION_MODULES,
         help="Modules that add routes/start-up work (get_handlers(app), start(app), stop(app)).",
@@ -94,6 +113,11 @@ class PauseApp(ExtensionApp):
     # Set when another live server holds the state directory: the API answers 503 with it.
     disabled_reason: str | None = None
     _state_lock: StateLock | None = None
+    # How the server was asked to stop: "signal", "api" (the shutdown API), "idle".
+    _stop_trigger: str | None = None
+    _stopping: asyncio.Future | None = None
+    _started = False
+    _sigint_before: Any = None
 
     @default("accelerator")
     def _default_accelerator(self) -> dict[str, Any]:
@@ -127,9 +151,11 @@ class PauseApp(ExtensionApp):
         if not self.state_dir:  # "" after such a roll-back: never the server's working directory
             self.state_dir = self._default_state_dir()
         # Kernels inherit the server's environment: this makes the magics (%checkpoint,
-        # %restore, %resume) use the store and key the server uses.
+        # %restore, %resume) use the store and key the server uses, and lets %checkpoint's
+        # retention see which checkpoints a pause or resume depends on.
         for var, value in (("JUPYTER_PAUSE_STORE_URL", self.store_url),
-                           ("JUPYTER_PAUSE_KEY_PATH", self.key_path)):
+                           ("JUPYTER_PAUSE_KEY_PATH", self.key_path),
+                           ("JUPYTER_PAUSE_STATE_DIR", self.state_dir)):
             if value:
                 os.environ[var] = value
         # Detect now, at start-up, not on the event loop's first pause (nvidia-smi may be slow).
@@ -174,6 +200,10 @@ class PauseApp(ExtensionApp):
         if self.disabled_reason:
             return
         await self.lifecycle.start()
+        self._started = True
+        install_restore_hook(self.lifecycle)
+        if self.checkpoint_on_shutdown:
+            self._watch_stop(serverapp)
         if self.activity_interval > 0:
             self._activity = PeriodicCallback(self.lifecycle.sample_activity,
                                               self.activity_interval * 1000)
@@ -182,7 +212,40 @@ class PauseApp(ExtensionApp):
             if hasattr(module, "start"):
                 await module.start(self)
 
+    def _watch_stop(self, serverapp: Any) -> None:
+        """Tell the journal how the server was asked to stop. jupyter_server's signal handlers
+        call ``stop(from_signal=True)``, its idle shutdown ``stop()``; the shutdown API calls
+        ``_cleanup()`` directly (so no trigger seen means the API)."""
+        original = serverapp.stop
+
+        def stop(from_signal: bool = False) -> None:
+            if self._stop_trigger is None:
+                caller = sys._getframe(1).f_code.co_name
+                self._stop_trigger = ("signal" if from_signal else
+                                      "idle" if caller == "shutdown_no_activity" else "api")
+            original(from_signal=from_signal)
+
+        serverapp.stop = stop
+        # Without a terminal jupyter_server leaves SIGINT to Python, whose KeyboardInterrupt
+        # ends the event loop with no clean-up at all (no extension stop, no kernel shutdown):
+        # route it to the server's stop, as JupyterHub does for its single-user servers.
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self._sigint_before = signal.default_int_handler
+            signal.signal(signal.SIGINT, serverapp._signal_stop)
+
     async def stop_extension(self) -> None:
+        # jupyter_server may run its clean-up twice (a second SIGTERM): the second call must
+        # not go on to shut the kernels down while the first one still checkpoints them.
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop_extension())
+        await asyncio.shield(self._stopping)
+
+    async def _stop_extension(self) -> None:
+        if self._sigint_before is not None and \
+                threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self._sigint_before)
+            self._sigint_before = None
         for module in self._modules:
             if hasattr(module, "stop"):
                 try:
@@ -192,10 +255,28 @@ class PauseApp(ExtensionApp):
         if self._activity is not None:
             self._activity.stop()
         if self.lifecycle is not None:
+            await self._checkpoint_on_shutdown()
             await self.lifecycle.stop()
         if self._state_lock is not None:
             self._state_lock.release()
             self._state_lock = None
+
+    async def _checkpoint_on_shutdown(self) -> None:
+        # Never into the default store when the configured one could not be applied.
+        if not (self.checkpoint_on_shutdown and self._started) or self.config_error:
+            return
+        trigger = self._stop_trigger or "api"
+        # A hub's spawner stops its server with a signal; say so (the culler and "Stop My
+        # Server" cannot be told apart from here).
+        hub = bool(os.environ.get("JUPYTERHUB_API_TOKEN")
+                   or os.environ.get("JUPYTERHUB_SERVICE_PREFIX"))
+        self.log.info("jupyter_pause: checkpointing the kernels before the server stops (%s, "
+                      "budget %g s)", trigger, self.shutdown_checkpoint_budget)
+        try:
+            await checkpoint_on_shutdown(self.lifecycle, trigger, self.shutdown_checkpoint_budget,
+                                         hub=hub)
+        except Exception:  # the server must stop whatever happens here
+            self.log.exception("jupyter_pause: the shutdown checkpoint failed")
 
     def _import(self, name: str) -> Any:
         try:

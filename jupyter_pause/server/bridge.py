@@ -12,8 +12,8 @@ early progress lines) although the kernel answered on the shell channel.
 cost the whole timeout. Here the ``execute_reply`` matched by its parent ``msg_id`` decides;
 IOPub only feeds progress, and is drained for a short bounded grace after the reply to pick up
 trailing progress lines, never required. A subscription handshake (ipykernel >= 7 sends
-``iopub_welcome`` on each new subscription) shortens the window in which progress is lost; it is
-bounded too, since older kernels send nothing.
+``iopub_welcome`` for a new subscription) closes the window in which progress and idle are lost;
+it is bounded (:data:`SUBSCRIBE_WAIT`), since older kernels send nothing.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from queue import Empty
 from typing import Any
 
+import zmq
 from jupyter_core.utils import ensure_async
 
 from ..kernel.client import (
@@ -83,10 +85,20 @@ def _parent_id(msg: dict[str, Any]) -> str | None:
 class _IOPubReader:
     """Reads one client's IOPub in a task of its own: the only reader of that socket."""
 
-    def __init__(self, client: Any, on_msg: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, client: Any, on_msg: Callable[[dict[str, Any]], None], *,
+                 handshake: bool = True) -> None:
         self.client = client
         self.on_msg = on_msg
         self.subscribed = asyncio.Event()  # any message at all proves the subscription is live
+        # The kernel's XPUB (ipykernel >= 7) reports only a topic's FIRST subscriber, and the
+        # server's own IOPub stream already subscribed to everything (b""): our b"" brings no
+        # welcome. A topic of our own does, to us alone, and comes after our b"" on the same
+        # connection, so its welcome proves that b"" is active too. (jupyter_server counts a
+        # welcome as kernel activity: only for calls inside not_activity, see watch_iopub.)
+        if handshake:
+            topic = f"jupyter_pause.{uuid.uuid4().hex}".encode()
+            with contextlib.suppress(Exception):
+                client.iopub_channel.socket.setsockopt(zmq.SUBSCRIBE, topic)
         self.task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
@@ -94,9 +106,12 @@ class _IOPubReader:
         while True:
             try:
                 msg = await channel.get_msg(timeout=1.0)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001, S112 - queue.Empty on timeout; keep reading
+            except Empty:
+                continue
+            except Exception:  # a closed socket, or a message we cannot read (consumed)
+                if channel.socket is None:
+                    return
+                log.debug("jupyter_pause: unreadable IOPub message", exc_info=True)
                 continue
             self.subscribed.set()
             try:
@@ -166,9 +181,7 @@ async def run_bridge(
                             "error": f"the kernel did not answer {func} within {timeout:g} s"}
             try:
                 msg = await client.shell_channel.get_msg(timeout=wait)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - queue.Empty: nothing yet
+            except Empty:  # nothing yet
                 reason = gone() if gone is not None else None
                 if reason:
                     return {"ok": False, "gone": True, "error": reason}
@@ -188,25 +201,29 @@ async def run_bridge(
             await asyncio.gather(*splitter.pending, return_exceptions=True)
 
 
-def _process(serverapp: Any, kernel_id: str) -> Any:
-    """What identifies the kernel's current process (changes when jupyter_server restarts it)."""
+def _pid(serverapp: Any, kernel_id: str) -> int | None:
+    """The kernel's process id (None where the provisioner does not tell)."""
     try:
         kernel = serverapp.kernel_manager.get_kernel(kernel_id)
     except KeyError:
         return None
-    prov = getattr(kernel, "provisioner", None)
-    return getattr(prov, "pid", None) or id(prov)
+    pid = getattr(getattr(kernel, "provisioner", None), "pid", None)
+    return pid if isinstance(pid, int) else None
 
 
 async def _call_once(serverapp: Any, kernel_id: str, func: str, *, progress: Any,
                      timeout: float | None, **kwargs: Any) -> dict[str, Any]:
     km = serverapp.kernel_manager
-    process = _process(serverapp, kernel_id)
+    pid = _pid(serverapp, kernel_id)
 
     def gone() -> str | None:
         if kernel_id not in km:
             return f"the kernel {kernel_id[:8]} stopped during {func}"
-        if _process(serverapp, kernel_id) != process:
+        now = _pid(serverapp, kernel_id)
+        # A new pid is only set once the new process is launched, so its ports are known: a
+        # retry's new client reaches it. (A restart with new ports is what jupyter_server does
+        # for a kernel that died at start-up, e.g. one of its ports was taken meanwhile.)
+        if pid is not None and now is not None and now != pid:
             return f"the kernel {kernel_id[:8]} restarted during {func} (its memory is gone)"
         return None
 
@@ -265,18 +282,21 @@ async def call(
 
 @contextlib.asynccontextmanager
 async def watch_iopub(kernel: Any, on_msg: Callable[[dict[str, Any]], None], *,
-                      subscribe_wait: float = SUBSCRIBE_WAIT) -> AsyncIterator[None]:
+                      handshake: bool = True) -> AsyncIterator[None]:
     """Call ``on_msg`` for every IOPub message of ``kernel`` (a ``KernelManager``) meanwhile.
 
-    Waits (bounded) for the subscription to be confirmed before the block runs, so what the
-    block does is seen; a client of its own (:func:`client_of`), IOPub only.
+    A client of its own (:func:`client_of`), IOPub only. With ``handshake`` it waits (bounded)
+    for the subscription to be confirmed before the block runs, so what the block does is seen;
+    the kernel's welcome then counts as activity for jupyter_server, so handshake only where
+    :func:`~jupyter_pause.policy.activity.not_activity` puts the timestamps back.
     """
     client = client_of(kernel)
     client.start_channels(shell=False, iopub=True, stdin=False, hb=False, control=False)
     reader = None
     try:
-        reader = _IOPubReader(client, on_msg)
-        await reader.wait_subscribed(subscribe_wait)
+        reader = _IOPubReader(client, on_msg, handshake=handshake)
+        if handshake:
+            await reader.wait_subscribed(SUBSCRIBE_WAIT)
         yield
     finally:
         if reader is not None:
@@ -297,7 +317,8 @@ async def wait_first_execute(serverapp: Any, kernel_id: str, timeout: float) -> 
             seen.set()
 
     deadline = time.monotonic() + timeout
-    async with watch_iopub(km.get_kernel(kernel_id), on_msg):
+    # No handshake: this runs outside not_activity, and its welcome would look like activity.
+    async with watch_iopub(km.get_kernel(kernel_id), on_msg, handshake=False):
         while not seen.is_set():
             left = deadline - time.monotonic()
             if left <= 0 or kernel_id not in km:

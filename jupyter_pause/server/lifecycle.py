@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 from jupyter_core.utils import ensure_async
 
 from ..cluster.base import BackendError, KernelRecord, PauseContext, ResumeContext
+from ..policy.report import trigger_text
 from . import kernels as kbridge
-from . import metrics
+from . import metrics, shutdown
 from .events import emit_lifecycle
 from .journal import Journal, parse_iso, utcnow_iso
 
@@ -50,7 +51,7 @@ KERNEL_WATCH_INTERVAL = 0.5
 # process may still publish them); temp files of dead writers go whatever their age.
 STORE_GC_GRACE_S = 3600.0
 # Fields kept out of the timeline (they are in the journal and the report).
-_BULKY = ("kernels", "report", "variables", "resume_from")
+_BULKY = ("kernels", "report", "variables", "resume_from", "rows")
 
 
 class KernelDied(Exception):
@@ -95,6 +96,9 @@ def default_state() -> dict[str, Any]:
         "version": 1, "seq": 0, "state": "running", "outcome": None, "reason": None,
         "hint": None, "flight": None, "timeline": [], "inflight": None, "pause": None,
         "last_checkpoint": None, "last_report": None, "last_activity": None,
+        # A shutdown checkpoint under way ("stopping"), and the last one that ended ("stopped":
+        # what it saved, and which saved notebooks still wait for their restore).
+        "stopping": None, "stopped": None,
     }
 
 
@@ -103,7 +107,7 @@ def apply(st: dict[str, Any], e: dict[str, Any]) -> None:
     ev, at = e.get("event"), e.get("at")
     st["seq"] = max(int(st.get("seq", 0)), int(e.get("seq", 0)))
     flight = e.get("flight")
-    if ev in ("pause_requested", "resume_requested"):
+    if ev in ("pause_requested", "resume_requested", "shutdown_requested"):
         st["timeline"] = []
         st["flight"] = {"id": flight, "kind": e.get("kind"), "trigger": e.get("trigger"),
                         "started": at}
@@ -127,6 +131,8 @@ def apply(st: dict[str, Any], e: dict[str, Any]) -> None:
         if (st.get("pause") or {}).get("offered"):
             st["pause"] = None  # a new pause supersedes an offered way back
     elif ev == "checkpoint_written":
+        # A newer checkpoint of a notebook supersedes what the last server stop saved of it.
+        _drop_pending(st, [k.get("path") for k in e.get("kernels") or []])
         inflight = st.get("inflight") or {"flight_id": flight}
         inflight.update(kernels=e.get("kernels", []), checkpoints=e.get("checkpoints", []),
                         bytes_written=e.get("bytes_written", 0), bytes_total=e.get("bytes_total", 0))
@@ -173,6 +179,9 @@ def apply(st: dict[str, Any], e: dict[str, Any]) -> None:
                 pass
     elif ev == "recomputed":
         _merge_recomputed(st.get("last_report"), e)
+    elif ev in ("shutdown_requested", "stop_checkpoint_written", "stopped",
+                "restored_after_stop"):
+        _apply_stop(st, e)
     elif ev == "failed":
         after = e.get("state_after") or "failed"
         if e.get("kind") == "pause":
@@ -208,6 +217,86 @@ def _merge_recomputed(report: dict[str, Any] | None, e: dict[str, Any]) -> None:
         row["recomputable"] = bool(row.get("cell")) and v.get("status") == "failed"
 
 
+def _drop_pending(st: dict[str, Any], paths: list[str | None]) -> None:
+    pending = (st.get("stopped") or {}).get("pending")
+    if pending:
+        st["stopped"]["pending"] = [p for p in pending if p not in paths]
+
+
+def _apply_stop(st: dict[str, Any], e: dict[str, Any]) -> None:
+    """The shutdown checkpoint's events (see :mod:`.shutdown`)."""
+    ev, at, flight = e.get("event"), e.get("at"), e.get("flight")
+    if ev == "shutdown_requested":
+        st["state"] = "stopping"
+        st["stopping"] = {"flight_id": flight, "requested": at, "trigger": e.get("trigger"),
+                          "hub": bool(e.get("hub")), "kernels": e.get("kernels", []),
+                          "saved": []}
+    elif ev == "stop_checkpoint_written":
+        if st.get("stopping") is not None:
+            st["stopping"]["saved"].extend(e.get("kernels") or [])
+    elif ev == "stopped":
+        saved = list(e.get("kernels") or [])
+        rows = list(e.get("rows") or [])
+        stopped = {
+            "flight_id": flight, "trigger": e.get("trigger"), "hub": bool(e.get("hub")),
+            "requested": (st.get("stopping") or {}).get("requested"), "at": at,
+            "interrupted": bool(e.get("interrupted")), "budget_s": e.get("budget_s"),
+            "kernels": saved, "rows": rows,
+            # Restored when a kernel starts for the notebook's session (the next server).
+            "pending": [k["path"] for k in saved if k.get("path")],
+        }
+        st["stopped"] = stopped
+        st.update(state="running", outcome="stopped", flight=None, stopping=None,
+                  reason=_stopped_text(stopped) if rows else None,
+                  hint=("Open a saved notebook: its variables are restored before its first "
+                        "cell runs.") if stopped["pending"] else None)
+    elif ev == "restored_after_stop":
+        stopped = st.get("stopped") or {}
+        path = e.get("path")
+        _drop_pending(st, [path])
+        report = st.get("last_report")
+        if not report or report.get("flight_id") != flight:
+            report = {"flight_id": flight, "outcome": None, "requested": e.get("requested") or at,
+                      "usable": None, "first_cell": None, "trigger": "stop",
+                      "after_stop": {"trigger": stopped.get("trigger"),
+                                     "hub": bool(stopped.get("hub")),
+                                     "stopped_at": stopped.get("at")},
+                      "durations": {}, "kernels": []}
+        report["kernels"] = [k for k in report.get("kernels") or [] if k.get("path") != path]
+        report["kernels"].append({
+            "path": path, "kernel_id": e.get("kernel_id"),
+            "previous_kernel_id": e.get("previous_kernel_id"), "outcome": e.get("outcome"),
+            "reason": e.get("reason"), "checkpoint_id": e.get("checkpoint_id"),
+            "warnings": e.get("warnings") or [],
+            "variables": [_variable(v) for v in e.get("variables") or []]})
+        report["usable"] = at
+        report.setdefault("durations", {}).update(e.get("durations") or {})
+        ok = any(k.get("outcome") == "restored" for k in report["kernels"])
+        report["outcome"] = "restored" if ok else "failed"
+        st["last_report"] = report
+        if e.get("outcome") == "restored":
+            st.update(state="ready", outcome="restored", reason=None, hint=None)
+        else:
+            st.update(state="ready" if ok else "running", reason=e.get("reason"),
+                      hint="The checkpoint is still there: run %restore in the notebook to "
+                      "retry.")
+
+
+def _stopped_text(stopped: dict[str, Any]) -> str:
+    """One line for status: what the last server stop saved and what it did not, and why."""
+    how = trigger_text(stopped.get("trigger"), bool(stopped.get("hub")))
+    killed = " and was killed during its shutdown checkpoint" if stopped.get("interrupted") else ""
+    rows = stopped.get("rows") or []
+    saved = [r.get("path") or str(r.get("kernel_id"))[:8] for r in rows
+             if r.get("status") == "saved"]
+    lost = [f"{r.get('path') or str(r.get('kernel_id'))[:8]} ({r.get('reason')})" for r in rows
+            if r.get("status") != "saved"]
+    parts = [f"saved: {', '.join(saved)}"] if saved else []
+    if lost:
+        parts.append(f"not saved: {'; '.join(lost)}")
+    return f"the server was stopped ({how}){killed}; " + "; ".join(parts)
+
+
 class Lifecycle:
     """Owns flights, the journal and the state; handlers and backends go through it."""
 
@@ -228,6 +317,9 @@ class Lifecycle:
         self._activity_seen: Any = None
         self.temps_cleaned: dict[str, Any] | None = None  # the start-up clean-up's result
         self._cleanup: asyncio.Future | None = None
+        # Set once the server stops (no new flight then); notebooks being restored after a stop.
+        self.stopping = False
+        self.restoring_after_stop: set[str] = set()
 
     @property
     def backend(self) -> Any:
@@ -264,7 +356,33 @@ class Lifecycle:
             self._record_sync("failed", fid, "resume", step=cur, reason="interrupted",
                               message=f"the server stopped during {cur}", state_after="paused",
                               hint="Resume again; the checkpoint is still available.")
+        elif cur == "stopping":
+            self._settle_interrupted_stop(fid)
         self.journal.save_state(self.state)
+
+    def _settle_interrupted_stop(self, fid: str | None) -> None:
+        """The server was killed (the grace period ended) during its shutdown checkpoint: the
+        kernels whose checkpoint was journaled are saved; the others keep their previous one."""
+        stopping = self.state.get("stopping") or {}
+        saved = list(stopping.get("saved") or [])
+        done = {k.get("kernel_id"): k for k in saved}
+        rows, lost = [], []
+        for k in stopping.get("kernels") or []:
+            rec = KernelRecord.from_dict(k)
+            row: dict[str, Any] = {"path": rec.path, "stream": rec.stream,
+                                   "kernel_id": rec.kernel_id, "status": "not_saved",
+                                   "checkpoint_id": None, "reason": "the server was killed "
+                                   "during its shutdown checkpoint"}
+            if rec.kernel_id in done:
+                row.update(status="saved", reason=None,
+                           checkpoint_id=done[rec.kernel_id].get("checkpoint_id"))
+            else:
+                lost.append(rec)
+            rows.append(row)
+        shutdown.add_previous(rows, self._offer_previous(lost, fid) if lost else None)
+        self._record_sync("stopped", fid, "stop", trigger=stopping.get("trigger"),
+                          hub=bool(stopping.get("hub")), interrupted=True, rows=rows,
+                          kernels=saved)
 
     def _settle_interrupted_checkpoint(self, fid: str | None) -> None:
         """A pause that died mid-checkpoint. Kernels that still run (the same process kept
@@ -449,6 +567,7 @@ class Lifecycle:
             # What POST resume would bring back now (the UI's one action after a failure).
             "resume_available": self.can_resume() and self.flight is None,
             "resume_from": _resume_from(st.get("pause")),
+            "stopped": _stopped_status(st.get("stopped")),
         }
 
     def _refresh_backend_desc(self) -> None:
@@ -487,6 +606,7 @@ class Lifecycle:
         # No await before self.flight is set: concurrent requests must see each other.
         if mode not in PAUSE_MODES:
             raise Refusal(f"unknown pause mode {mode!r} (expected pause or stop)", 400)
+        self._refuse_while_stopping("pause")
         if self.flight is not None:
             if self.flight.kind == "pause":
                 return self.flight
@@ -502,6 +622,7 @@ class Lifecycle:
         return flight
 
     async def request_resume(self, trigger: str = "manual") -> Flight:
+        self._refuse_while_stopping("resume")
         if self.flight is not None:
             if self.flight.kind == "resume":
                 return self.flight
@@ -514,6 +635,14 @@ class Lifecycle:
         flight = self._new_flight("resume", trigger)
         flight.task = asyncio.ensure_future(self._run_resume(flight))
         return flight
+
+    def _refuse_while_stopping(self, what: str) -> None:
+        if self.stopping or (self.flight is not None and self.flight.kind == "stop"):
+            raise Refusal(f"the server is stopping (its kernels are being checkpointed); {what} "
+                          "after it has started again", 503)
+        if self.restoring_after_stop:
+            raise Refusal(f"{', '.join(sorted(self.restoring_after_stop))} is being restored "
+                          f"after the server was stopped; {what} when it has finished")
 
     def _new_flight(self, kind: str, trigger: str) -> Flight:
         flight = Flight(id=f"{kind}-{uuid.uuid4().hex[:12]}", kind=kind, trigger=trigger,
@@ -1097,6 +1226,17 @@ def _resume_from(pause: dict[str, Any] | None) -> dict[str, Any] | None:
             age = None
         items.append({**p, "age_s": age})
     return {"offered": True, "checkpoints": items}
+
+
+def _stopped_status(stopped: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The last server stop for status: per notebook saved or not (and why), what waits."""
+    if not stopped:
+        return None
+    keys = ("flight_id", "trigger", "hub", "requested", "at", "interrupted", "budget_s", "pending")
+    return {**{k: stopped.get(k) for k in keys},
+            "kernels": [{k: r.get(k) for k in ("path", "status", "reason", "checkpoint_id",
+                                                "previous_checkpoint", "seconds")}
+                        for r in stopped.get("rows") or []]}
 
 
 def _stopped_outcome(rec: KernelRecord, kernel_id: str | None) -> dict[str, Any]:

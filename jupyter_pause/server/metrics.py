@@ -52,16 +52,21 @@ FAILURES = Counter(
     "Failed pause/resume flights by step and reason.",
     ["backend", "kind", "reason"],
 )
+RESTORES_AFTER_STOP = Counter(
+    "jupyter_pause_restores_after_stop",
+    "Notebooks restored (or not: outcome failed) from the checkpoint the last server stop saved.",
+    ["backend", "outcome"],
+)
 FLIGHTS = Counter(
     "jupyter_pause_flights",
-    "Pause/resume flights started, by kind and trigger.",
+    "Pause/resume flights and shutdown checkpoints (kind stop) started, by kind and trigger.",
     ["backend", "kind", "trigger"],
 )
 
 
 # Triggers arrive as free text in request bodies: as a label each new value would be a new time
 # series, so only these known ones are kept and anything else counts as "other".
-TRIGGERS = frozenset({"manual", "idle", "api", "magic", "startup", "validate"})
+TRIGGERS = frozenset({"manual", "idle", "api", "magic", "startup", "validate", "signal"})
 
 
 def failure_reason(reason: str | None) -> str:

@@ -50,12 +50,12 @@ async def test_gc_snapshots_triggers_checkpoints_and_blobs(apiserver, notebook_c
     before = walk(root)
 
     dry = await run_gc(store_url=root, state_dir=None, keep=1, older_than=None, dry_run=True,
-                       backend=b)
+                       backend=b, key=key)
     assert len(dry["backend"]["would_delete"]) == 4 and len(dry["checkpoints"]["deleted"]) == 2
     assert walk(root) == before and len(objects(apiserver, "podsnapshots")) == 3
 
     res = await run_gc(store_url=root, state_dir=None, keep=1, older_than=None, dry_run=False,
-                       backend=b)
+                       backend=b, key=key)
     text = render(res)
     assert "snapshots/triggers (gke): deleted 4" in text
     assert "checkpoints: deleted 2, remaining 1" in text

@@ -91,6 +91,8 @@ class Workspace:
 
         kc = self.client(kernel_id)
         try:
+            # execute_interactive ends on IOPub's idle: first make sure IOPub is subscribed
+            await kc.wait_for_ready(timeout=60)
             reply = await kc.execute_interactive(code, silent=silent, timeout=120,
                                                  output_hook=hook)
         finally:

@@ -191,3 +191,77 @@ async def test_a_liveness_call_across_a_kernel_restart_gets_the_new_process_answ
     finally:
         busy.cancel()
     assert res["ok"] is True and res["pid"] != pid and res["token"] is None, res
+
+
+async def test_a_resume_whose_first_liveness_reply_is_lost_still_restores(ws, monkeypatch):
+    """The liveness call is retried on a new connection before anything is declared failed."""
+    nb = await ws.open_notebook("lost.ipynb")
+    await ws.run(nb["kernel"]["id"], "w = 5")
+    _, st = await ws.flight("pause")
+    assert st["state"] == "paused", st
+    monkeypatch.setattr(ws.lifecycle.app, "liveness_timeout", 3.0)
+    real = bridge.own_client
+    made = []
+
+    def first_one_unheard(serverapp, kernel_id):
+        kc = real(serverapp, kernel_id)
+        if not made:  # the resume's first bridge client is its liveness call
+            kc.session.key = b"not-the-kernel-key"
+        made.append(kc)
+        return kc
+
+    monkeypatch.setattr(bridge, "own_client", first_one_unheard)
+    _, st = await ws.flight("resume")
+    assert st["state"] == "ready" and st["outcome"] == "restored", st
+    assert len(made) >= 3  # liveness unheard, liveness again, restore
+    kid = st["last_report"]["kernels"][0]["kernel_id"]
+    assert (await ws.run(kid, "print(w)")).strip() == "5"
+
+
+async def test_a_kernel_that_dies_at_start_up_is_asked_again_once_restarted(ws, monkeypatch):
+    """A kernel started for a resume can die binding a port another process took meanwhile
+    (ports are chosen before the kernel binds them). jupyter_server restarts it on new ports;
+    the liveness call sent to the old ports can never be answered, so it is asked again."""
+    import socket
+
+    from jupyter_client.connect import LocalPortCache
+    from traitlets.utils.importstring import import_item
+
+    nb = await ws.open_notebook("taken.ipynb")
+    await ws.run(nb["kernel"]["id"], "t = 11")
+    _, st = await ws.flight("pause")
+    assert st["state"] == "paused", st
+    monkeypatch.setattr(ws.lifecycle.app, "liveness_timeout", 30.0)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    real = LocalPortCache.find_available_port
+    handed = []
+
+    def first_port_taken(self, ip):
+        if not handed:
+            handed.append(taken.getsockname()[1])
+            return handed[0]
+        return real(self, ip)
+
+    # The port is free again by the restart (a passing collision, e.g. another process's
+    # outgoing connection): jupyter_server restarts the kernel on the same ports.
+    kernel_class = import_item(ws.serverapp.kernel_manager.kernel_manager_class)
+    real_restart = kernel_class.restart_kernel
+    restarts = []
+
+    async def restart_once_free(self, *args, **kwargs):
+        taken.close()
+        restarts.append(self.kernel_id)
+        return await real_restart(self, *args, **kwargs)
+
+    monkeypatch.setattr(LocalPortCache, "find_available_port", first_port_taken)
+    monkeypatch.setattr(kernel_class, "restart_kernel", restart_once_free)
+    try:
+        _, st = await ws.flight("resume")
+    finally:
+        taken.close()
+    assert handed and restarts, "the kernel did not die at start-up"
+    assert st["state"] == "ready" and st["outcome"] == "restored", st
+    kid = st["last_report"]["kernels"][0]["kernel_id"]
+    assert (await ws.run(kid, "print(t)")).strip() == "11"

@@ -3,111 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 
-import psutil
 import pytest
+from server_process import Server
 
 pytestmark = pytest.mark.timeout(240)
-TOKEN = "cli-test-token"
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, tmp):
-        self.tmp = tmp
-        self.env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp / "config"),
-                    "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
-                    "JUPYTER_DATA_DIR": str(tmp / "data"), "JUPYTER_PLATFORM_DIRS": "1"}
-        (tmp / "config").mkdir()
-        (tmp / "root").mkdir()
-        (tmp / "config" / "jupyter_server_config.json").write_text(json.dumps({
-            "ServerApp": {"jpserver_extensions": {"jupyter_pause": True},
-                          "allow_root": True, "open_browser": False, "port_retries": 0,
-                          "root_dir": str(tmp / "root")},
-            "IdentityProvider": {"token": TOKEN},
-            "PauseApp": {"state_dir": str(tmp / "state"), "store_url": str(tmp / "store"),
-                         "key_path": str(tmp / "key"), "activity_interval": 0},
-        }))
-        self.proc = None
-
-    def start(self):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        self.log = open(self.tmp / f"server-{self.port}.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_server", f"--port={self.port}", "--ip=127.0.0.1"],
-            env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                self.get("jupyter-pause/api/status")
-                return
-            except OSError:
-                assert self.proc.poll() is None, (self.tmp / f"server-{self.port}.log").read_text()
-                time.sleep(0.2)
-        raise TimeoutError("server did not start")
-
-    def request(self, method, path, body=None):
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Authorization": f"token {TOKEN}"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return json.loads(r.read() or b"null")
-
-    def get(self, path):
-        return self.request("GET", path)
-
-    def kill(self):
-        """SIGKILL the server and its kernels, as when a pod dies."""
-        procs = psutil.Process(self.proc.pid).children(recursive=True)
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-        for p in procs:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        self.log.close()
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            try:
-                self.request("POST", "api/shutdown")
-                self.proc.wait(20)
-            except Exception:  # noqa: BLE001 - fall back to a kill
-                self.kill()
-        self.log.close()
-
-    def cli(self, *args, env=None):
-        r = subprocess.run([sys.executable, "-m", "jupyter_pause.cli", *args],
-                           env=env or self.env, capture_output=True, text=True, timeout=120,
-                           check=False)
-        return r.returncode, r.stdout + r.stderr
-
-    def run_cell(self, kernel_id, code):
-        from jupyter_client.blocking import BlockingKernelClient
-
-        info = json.loads((self.tmp / "runtime" / f"kernel-{kernel_id}.json").read_text())
-        kc = BlockingKernelClient()
-        kc.load_connection_info(info)
-        kc.start_channels()
-        try:
-            reply = kc.execute_interactive(code, timeout=120, output_hook=lambda m: None)
-            assert reply["content"]["status"] == "ok", reply["content"]
-        finally:
-            kc.stop_channels()
 
 
 @pytest.fixture(scope="module")
@@ -212,15 +113,24 @@ def test_pause_resume_and_sigkill_mid_checkpoint(server):
     server.kill()
 
     server.start()
+    # The kernels died with the server: the pause failed, and the previous good checkpoint is
+    # offered (named, with its age) as the way back.
     code, out = server.cli("status")
-    assert code == 0, out
-    assert "State:    running" in out and "server stopped during checkpointing" in out, out
+    assert code == 1, out
+    assert "State:    failed" in out and "server stopped during checkpointing" in out, out
+    assert first in out
     st = server.get("jupyter-pause/api/status")
     assert st["last_checkpoint"]["id"] == first
+    assert st["resume_available"] is True
+    assert st["resume_from"]["checkpoints"][0]["checkpoint_id"] == first
     code, out = server.cli("list")
     assert first in out  # no checkpoint lost
     ids = [c["id"] for c in server.get("jupyter-pause/api/checkpoints")["checkpoints"]]
     assert first in ids
+    code, out = server.cli("resume", "--wait")
+    assert code == 0 and "restored from checkpoint" in out, out
+    kid = server.get("jupyter-pause/api/status")["kernels"][0]["id"]
+    server.run_cell(kid, "assert keep == 'safe'")
 
 
 def test_example_notebook_runs(server):

@@ -287,6 +287,8 @@ class RealServer:
         kc.load_connection_info(info)
         kc.start_channels()
         try:
+            # execute_interactive ends on IOPub's idle: first make sure IOPub is subscribed
+            kc.wait_for_ready(timeout=60)
             reply = kc.execute_interactive(code, timeout=120, output_hook=lambda m: None)
             assert reply["content"]["status"] == "ok", reply["content"]
         finally:

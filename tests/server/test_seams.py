@@ -19,6 +19,7 @@ async def test_two_own_clients_open_at_once_each_get_their_reply(ws):
     kid = nb["kernel"]["id"]
     a, b = ws.client(kid), ws.client(kid)
     try:
+        await asyncio.gather(a.wait_for_ready(timeout=60), b.wait_for_ready(timeout=60))
         assert a.session.session != b.session.session  # distinct shell socket identities
         ra, rb = await asyncio.gather(
             a.execute_interactive("import time; time.sleep(0.5); 1", timeout=30),

@@ -1,0 +1,299 @@
+"""Checkpoint on shutdown, and restore after it.
+
+When the server is asked to stop (SIGTERM, SIGINT, ``POST /api/shutdown``, ``jupyter server
+stop``), jupyter_server calls the extensions' ``stop_extension`` before it shuts the kernels
+down. :func:`checkpoint_on_shutdown` uses that window: every kernel is checkpointed (the pause's
+engine and store) within ``PauseApp.shutdown_checkpoint_budget``, and the outcome is journaled
+as a flight of kind ``stop``:
+
+    shutdown_requested -> stop_checkpoint_written (per saved kernel) -> stopped
+
+A checkpoint still running when the budget ends is abandoned: its kernel is shut down at once, so
+the write can never publish after the journal said "not saved" (the store publishes a manifest
+last, by an atomic rename, so the notebook's previous checkpoint stays valid). A server killed
+during this step leaves ``stopping`` in the journal; the next start settles it
+(:meth:`Lifecycle.load`).
+
+On the next start, a notebook whose kernel was saved is restored when a kernel is started for
+its session (:func:`install_restore_hook`), inside the session request: ``POST /api/sessions``
+answers once the variables are back, so the notebook cannot run a cell before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import secrets
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from ..cluster.base import KernelRecord
+from ..policy.report import trigger_text
+from . import kernels as kbridge
+from . import metrics
+from .journal import utcnow_iso
+
+if TYPE_CHECKING:
+    from .lifecycle import Lifecycle
+
+# How long the not-saved kernels' previous checkpoints may be looked up after the budget (it is
+# only to name them in the journal; the server must still exit in time).
+PREVIOUS_LOOKUP_S = 3.0
+
+
+async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
+                                 hub: bool = False) -> dict[str, Any] | None:
+    """Checkpoint every kernel before the server shuts them down; the ``stopped`` entry, or None
+    when nothing was journaled (the workspace is paused, or a flight outlived the budget)."""
+    from .lifecycle import Flight, KernelDied
+
+    lc.stopping = True  # refuses new pauses, resumes and restores from now on
+    t0 = time.monotonic()
+    deadline = t0 + max(0.0, budget)
+    app, serverapp = lc.app, lc.serverapp
+
+    def left() -> float:
+        return max(0.0, deadline - time.monotonic())
+
+    if lc.flight is not None and lc.flight.task is not None:
+        # One flight at a time: a pause or resume under way finishes first, if it can in time.
+        try:
+            await asyncio.wait_for(asyncio.shield(lc.flight.task), left())
+        except asyncio.TimeoutError:
+            lc.log.warning("jupyter_pause: a %s was still running when the server stopped; no "
+                           "shutdown checkpoint (the next start settles it)", lc.flight.kind)
+            return None
+        except Exception as e:  # noqa: BLE001 - the flight journaled its own failure
+            lc.log.debug("jupyter_pause: the %s before the stop failed: %s", lc.flight, e)
+    pause = lc.state.get("pause") or {}
+    if pause and not pause.get("offered"):
+        return None  # paused: that pause's checkpoint is the way back, and it is newer
+
+    records = await kbridge.running_kernels(serverapp)
+    flight = Flight(id=f"stop-{uuid.uuid4().hex[:12]}", kind="stop", trigger=trigger,
+                    started=utcnow_iso())
+    lc.flight = flight
+    lc.step = None
+    metrics.FLIGHTS.labels(app.backend_name, "stop", metrics.trigger_label(trigger)).inc()
+    try:
+        await lc._record("shutdown_requested", trigger=trigger, hub=hub, budget_s=budget,
+                         kernels=[r.to_dict() for r in records])
+        if records:
+            lc._set_step("stopping", "Checkpointing the kernels before the server stops",
+                         state="stopping")
+        abandoned: list[str] = []
+
+        async def one(rec: KernelRecord) -> dict[str, Any]:
+            t1 = time.monotonic()
+            row: dict[str, Any] = {"path": rec.path, "stream": rec.stream,
+                                   "kernel_id": rec.kernel_id, "status": "not_saved",
+                                   "reason": None, "checkpoint_id": None}
+            try:
+                await _save(rec, row)
+            finally:
+                row["seconds"] = round(time.monotonic() - t1, 3)
+            return row
+
+        async def _save(rec: KernelRecord, row: dict[str, Any]) -> None:
+            # Never checkpoint mid-cell: a cell that ends within the budget is saved.
+            if kbridge.execution_state(serverapp, rec.kernel_id) == "busy" and \
+                    not await kbridge.wait_idle(serverapp, rec.kernel_id, left()):
+                row["reason"] = (f"busy: still running a cell when the shutdown budget of "
+                                 f"{budget:g} s ran out")
+                return
+            if left() <= 0:
+                row["reason"] = f"the shutdown budget of {budget:g} s ran out before its turn"
+                return
+            kwargs: dict[str, Any] = {}
+            if app.variable_timeout > 0:
+                kwargs["variable_timeout"] = app.variable_timeout
+            try:
+                res = await asyncio.wait_for(lc._call_watched(
+                    rec.kernel_id, "checkpoint", timeout=left() + 5.0,
+                    store_url=app.store_url or None, key_path=app.key_path or None,
+                    stream=rec.stream, token=secrets.token_urlsafe(24),
+                    meta={"trigger": f"shutdown:{trigger}", "flight": flight.id,
+                          "kernel_id": rec.kernel_id, "path": rec.path},
+                    keep=app.keep_checkpoints or None, **kwargs), left())
+            except asyncio.TimeoutError:
+                abandoned.append(rec.kernel_id)
+                row["reason"] = (f"the shutdown budget of {budget:g} s ran out during its "
+                                 "checkpoint; the checkpoint was abandoned")
+                return
+            except KernelDied as e:
+                row["reason"] = f"the kernel died during the checkpoint ({e})"
+                return
+            except Exception as e:  # noqa: BLE001 - reported per kernel
+                row["reason"] = f"checkpoint failed: {e}"
+                return
+            if not res.get("ok"):
+                row["reason"] = f"checkpoint failed: {res.get('error') or 'unknown error'}"
+                return
+            rec.checkpoint_id = res.get("checkpoint_id")
+            rec.bytes_written = int(res.get("bytes_written") or 0)
+            rec.bytes_total = int(res.get("bytes_total") or 0)
+            rec.variables = list(res.get("variables") or [])
+            rec.token = None  # the kernel goes away: there is no live process to find again
+            row.update(status="saved", checkpoint_id=rec.checkpoint_id,
+                       bytes_written=rec.bytes_written, bytes_total=rec.bytes_total)
+            # Per kernel, at once: a server killed before the end still knows what was saved.
+            await lc._record("stop_checkpoint_written", path=rec.path,
+                             checkpoint_id=rec.checkpoint_id, kernels=[rec.to_dict()])
+
+        rows = list(await asyncio.gather(*(one(r) for r in records)))
+        km = serverapp.kernel_manager
+        for kid in abandoned:
+            # The in-kernel write must not publish after the journal said "not saved".
+            try:
+                await km.shutdown_kernel(kid, now=True)
+            except Exception as e:  # noqa: BLE001 - the server's own clean-up tries again
+                lc.log.warning("jupyter_pause: could not stop kernel %s: %s", kid[:8], e)
+        await _name_previous(lc, records, rows)
+        saved = [r.to_dict() for r in records
+                 if any(row["kernel_id"] == r.kernel_id and row["status"] == "saved"
+                        for row in rows)]
+        entry = await lc._record(
+            "stopped", trigger=trigger, hub=hub, budget_s=budget, rows=rows, kernels=saved,
+            restore=bool(app.restore_after_stop),
+            durations={"total_s": round(time.monotonic() - t0, 3)},
+            bytes_written=sum(int(r.get("bytes_written") or 0) for r in rows),
+        )
+        for row in rows:
+            lc.log.info("jupyter_pause: shutdown checkpoint of %s: %s%s",
+                        row["path"] or row["kernel_id"][:8], row["status"],
+                        f" ({row['reason']})" if row["reason"] else "")
+        return entry
+    finally:
+        lc.step = None
+        if lc.flight is flight:
+            lc.flight = None
+
+
+async def _name_previous(lc: Lifecycle, records: list[KernelRecord],
+                         rows: list[dict[str, Any]]) -> None:
+    """Add to each not-saved row which earlier checkpoint of that notebook is still there."""
+    import copy
+
+    lost = [copy.copy(r) for r in records
+            if any(row["kernel_id"] == r.kernel_id and row["status"] != "saved" for row in rows)]
+    if not lost:
+        return
+    try:
+        offer = await asyncio.wait_for(asyncio.to_thread(lc._offer_previous, lost, None),
+                                       PREVIOUS_LOOKUP_S)
+    except Exception as e:  # noqa: BLE001 - only a detail of the journal
+        lc.log.warning("jupyter_pause: earlier checkpoints not looked up: %s", e)
+        return
+    add_previous(rows, offer)
+
+
+def add_previous(rows: list[dict[str, Any]], offer: dict[str, Any] | None) -> None:
+    previous = {p.get("stream"): p for p in (offer or {}).get("previous") or []}
+    for row in rows:
+        if row["status"] == "saved":
+            continue
+        p = previous.get(row.get("stream"))
+        if p:
+            row["previous_checkpoint"] = p.get("checkpoint_id")
+            row["reason"] = (f"{row['reason']}; its previous checkpoint {p.get('checkpoint_id')} "
+                             "is intact")
+        else:
+            row["previous_checkpoint"] = None
+            row["reason"] = f"{row['reason']}; it has no earlier checkpoint"
+
+
+# ---------------------------------------------------------------------- restore after a stop
+
+
+def install_restore_hook(lc: Lifecycle) -> None:
+    """Restore a saved notebook into the kernel started for its session, before the session
+    request answers (so no cell can run before the restore, and two never race)."""
+    sm = lc.serverapp.session_manager
+    original = sm.start_kernel_for_session
+    if getattr(original, "_jupyter_pause_hook", False):
+        return
+    signature = inspect.signature(original)
+
+    async def start_kernel_for_session(*args: Any, **kwargs: Any) -> str:
+        kernel_id = await original(*args, **kwargs)
+        try:
+            path = signature.bind(*args, **kwargs).arguments.get("path")
+        except TypeError:
+            path = None
+        if path and kernel_id:
+            await restore_after_stop(lc, path, kernel_id)
+        return kernel_id
+
+    start_kernel_for_session._jupyter_pause_hook = True  # type: ignore[attr-defined]
+    sm.start_kernel_for_session = start_kernel_for_session
+
+
+def pending_record(lc: Lifecycle, path: str) -> dict[str, Any] | None:
+    stopped = lc.state.get("stopped") or {}
+    if path not in (stopped.get("pending") or []):
+        return None
+    return next((k for k in stopped.get("kernels") or [] if k.get("path") == path), None)
+
+
+async def restore_after_stop(lc: Lifecycle, path: str, kernel_id: str) -> None:
+    """Restore the checkpoint the last stop saved for ``path`` into ``kernel_id`` (once)."""
+    from .lifecycle import Flight, KernelDied
+
+    app = lc.app
+    if not app.restore_after_stop or lc.stopping or lc.app.config_error:
+        return
+    # A resume starting kernels restores its own checkpoint; never a second one over it.
+    if lc.flight is not None or path in lc.restoring_after_stop:
+        return
+    data = pending_record(lc, path)
+    if data is None:
+        return
+    stopped = lc.state.get("stopped") or {}
+    rec = KernelRecord.from_dict(data)
+    flight = Flight(id=str(stopped.get("flight_id")), kind="stop",
+                    trigger=str(stopped.get("trigger")), started=str(stopped.get("at")))
+    lc.restoring_after_stop.add(path)
+    how = trigger_text(stopped.get("trigger"), bool(stopped.get("hub")))
+    why = f"restored after the server was stopped ({how})"
+    requested = utcnow_iso()
+    t0 = time.monotonic()
+    out: dict[str, Any] = {"outcome": "failed", "reason": None, "variables": [], "warnings": []}
+    try:
+        lc._set_step("restoring", f"Restoring {path} (the server was stopped)",
+                     state="restoring")
+
+        def progress(d: int, t: int, *_: Any) -> None:
+            lc.step = {"name": "restoring", "done": int(d), "total": int(t),
+                       "message": f"Restoring {path} (the server was stopped)"}
+            lc._progress_event()
+
+        try:
+            res = await lc._call_watched(
+                kernel_id, "restore", progress=progress, timeout=app.bridge_timeout,
+                store_url=app.store_url or None, key_path=app.key_path or None,
+                stream=rec.stream, checkpoint_id=rec.checkpoint_id, device=app.restore_device,
+                only=None)
+        except KernelDied as e:
+            res = {"ok": False, "error": f"the kernel died during the restore ({e})"}
+        except Exception as e:  # noqa: BLE001 - journaled below
+            res = {"ok": False, "error": str(e)}
+        if res.get("ok"):
+            out.update(outcome="restored", reason=why,
+                       variables=list(res.get("variables") or []),
+                       warnings=list(res.get("warnings") or []))
+        else:
+            out["reason"] = (f"restore after the server was stopped failed: "
+                             f"{res.get('error') or 'unknown error'}")
+        metrics.RESTORES_AFTER_STOP.labels(app.backend_name, out["outcome"]).inc()
+        lc.step = None
+        await lc._record(
+            "restored_after_stop", flight=flight, path=path, kernel_id=kernel_id,
+            previous_kernel_id=rec.kernel_id, outcome=out["outcome"], reason=out["reason"],
+            checkpoint_id=rec.checkpoint_id, requested=requested, variables=out["variables"],
+            warnings=out["warnings"], durations={"restore_s": round(time.monotonic() - t0, 3)})
+        if out["outcome"] == "restored":
+            lc._watch_first_cell(flight, kernel_id, rec)
+    finally:
+        lc.step = None
+        lc.restoring_after_stop.discard(path)
