@@ -22,6 +22,7 @@ answers once the variables are back, so the notebook cannot run a cell before.
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import secrets
 import time
@@ -56,16 +57,17 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
     def left() -> float:
         return max(0.0, deadline - time.monotonic())
 
-    if lc.flight is not None and lc.flight.task is not None:
+    running = lc.flight
+    if running is not None and running.task is not None:
         # One flight at a time: a pause or resume under way finishes first, if it can in time.
         try:
-            await asyncio.wait_for(asyncio.shield(lc.flight.task), left())
+            await asyncio.wait_for(asyncio.shield(running.task), left())
         except asyncio.TimeoutError:
             lc.log.warning("jupyter_pause: a %s was still running when the server stopped; no "
-                           "shutdown checkpoint (the next start settles it)", lc.flight.kind)
+                           "shutdown checkpoint (the next start settles it)", running.kind)
             return None
         except Exception as e:  # noqa: BLE001 - the flight journaled its own failure
-            lc.log.debug("jupyter_pause: the %s before the stop failed: %s", lc.flight, e)
+            lc.log.debug("jupyter_pause: the %s before the stop failed: %s", running.kind, e)
     pause = lc.state.get("pause") or {}
     if pause and not pause.get("offered"):
         return None  # paused: that pause's checkpoint is the way back, and it is newer
@@ -99,7 +101,9 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
             # Never checkpoint mid-cell: a cell that ends within the budget is saved.
             if kbridge.execution_state(serverapp, rec.kernel_id) == "busy" and \
                     not await kbridge.wait_idle(serverapp, rec.kernel_id, left()):
-                row["reason"] = (f"busy: still running a cell when the shutdown budget of "
+                dead = kbridge.execution_state(serverapp, rec.kernel_id) == "dead"
+                row["reason"] = ("the kernel died while running a cell" if dead else
+                                 f"busy: still running a cell when the shutdown budget of "
                                  f"{budget:g} s ran out")
                 return
             if left() <= 0:
@@ -173,8 +177,6 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
 async def _name_previous(lc: Lifecycle, records: list[KernelRecord],
                          rows: list[dict[str, Any]]) -> None:
     """Add to each not-saved row which earlier checkpoint of that notebook is still there."""
-    import copy
-
     lost = [copy.copy(r) for r in records
             if any(row["kernel_id"] == r.kernel_id and row["status"] != "saved" for row in rows)]
     if not lost:
@@ -222,7 +224,10 @@ def install_restore_hook(lc: Lifecycle) -> None:
         except TypeError:
             path = None
         if path and kernel_id:
-            await restore_after_stop(lc, path, kernel_id)
+            try:
+                await restore_after_stop(lc, path, kernel_id)
+            except Exception:  # never fail the session: the notebook opens, unrestored
+                lc.log.exception("jupyter_pause: restore of %s after the stop failed", path)
         return kernel_id
 
     start_kernel_for_session._jupyter_pause_hook = True  # type: ignore[attr-defined]
@@ -259,6 +264,7 @@ async def restore_after_stop(lc: Lifecycle, path: str, kernel_id: str) -> None:
     requested = utcnow_iso()
     t0 = time.monotonic()
     out: dict[str, Any] = {"outcome": "failed", "reason": None, "variables": [], "warnings": []}
+    before = lc.state["state"]
     try:
         lc._set_step("restoring", f"Restoring {path} (the server was stopped)",
                      state="restoring")
@@ -296,4 +302,6 @@ async def restore_after_stop(lc: Lifecycle, path: str, kernel_id: str) -> None:
             lc._watch_first_cell(flight, kernel_id, rec)
     finally:
         lc.step = None
+        if lc.state["state"] == "restoring":  # "restoring" is only in memory until journaled
+            lc.state["state"] = before
         lc.restoring_after_stop.discard(path)

@@ -71,3 +71,29 @@ async def test_list_delete_and_gc(ws):
     code, body = await _code(ws.fetch("jupyter-pause", "api", "gc", method="POST",
                                       body=json.dumps({"keep": -1})))
     assert code == 400
+
+
+async def test_checkpoints_in_a_new_session_never_delete_what_the_pause_needs(ws):
+    """%checkpoint's retention runs in the kernel, not the server: it must still keep the
+    checkpoint a pause depends on, or Resume would find nothing to restore."""
+    nb = await ws.open_notebook("keep.ipynb")
+    await ws.run(nb["kernel"]["id"], "x = 41")
+    _, st = await ws.flight("pause")
+    assert st["state"] == "paused", st
+    needed = st["last_checkpoint"]["id"]
+
+    # Someone opens the same notebook again while paused and checkpoints it over and over.
+    again = await ws.open_notebook("keep.ipynb")
+    kid = again["kernel"]["id"]
+    await ws.run(kid, "%load_ext jupyter_pause\nx = 0")
+    for _ in range(7):
+        await ws.run(kid, "%checkpoint --keep 2")
+    listing = [c["id"] for c in (await ws.api("GET", "checkpoints"))["checkpoints"]]
+    assert needed in listing, listing
+    assert len(listing) <= 3, listing  # retention still works for everything else
+
+    _, st = await ws.flight("resume")
+    assert st["state"] == "ready", st
+    restored = [k for k in st["last_report"]["kernels"] if k["path"] == "keep.ipynb"]
+    assert restored and restored[0]["checkpoint_id"] == needed, st["last_report"]
+    assert (await ws.run(restored[0]["kernel_id"], "print(x)")).strip() == "41"
