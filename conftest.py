@@ -31,8 +31,10 @@ PREREQUISITES: dict[str, re.Pattern[str]] = {
     "kube-apiserver": re.compile(r"no kube-apiserver binary at"),
     "root": re.compile(r"cannot mount a tmpfs here"),
     "torch": re.compile(r"could not import 'torch'"),
+    "configurable-http-proxy": re.compile(r"no configurable-http-proxy"),
     "test extras": re.compile(
-        r"could not import '(transformers|tokenizers)'|real-model test needs"),
+        r"could not import '(transformers|tokenizers|jupyterhub|jupyterhub_idle_culler|"
+        r"kubespawner)'|real-model test needs"),
 }
 
 

@@ -38,6 +38,16 @@ python -m pip install -q "torch==2.13.0" || install_failed "could not install to
 echo "== pip install -e .[test] (builds the JupyterLab extension)"
 python -m pip install -q -e ".[test]"  # nothing runs without it: always fatal
 
+# configurable-http-proxy for the JupyterHub tests (from npm, cached outside the repo).
+CHP_CACHE=${CHP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jupyter-pause-chp}
+if [ ! -x "$CHP_CACHE/node_modules/.bin/configurable-http-proxy" ]; then
+  echo "== npm install configurable-http-proxy into $CHP_CACHE"
+  { mkdir -p "$CHP_CACHE" && npm install --no-save --no-audit --no-fund --loglevel=error \
+      --prefix "$CHP_CACHE" configurable-http-proxy >/dev/null; } \
+    || install_failed "could not install configurable-http-proxy with npm"
+fi
+export CHP_BIN=$CHP_CACHE/node_modules/.bin/configurable-http-proxy
+
 # A real kube-apiserver (built once from Debian's source package, cached outside the repo).
 KUBE_CACHE=${KUBE_APISERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kube-apiserver-1.20.2}
 if [ -z "${JUPYTER_PAUSE_SKIP_APISERVER:-}" ] && [ ! -x "$KUBE_CACHE/kube-apiserver" ]; then
