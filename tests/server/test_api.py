@@ -29,8 +29,9 @@ async def test_status_shape(jp_fetch):
     assert st["kernels"] == [] and st["last_checkpoint"] is None and st["last_report"] is None
     assert set(st) == {"state", "outcome", "step", "reason", "hint", "flight", "timeline",
                        "backend", "kernels", "last_checkpoint", "last_report",
-                       "resume_available", "resume_from"}
+                       "resume_available", "resume_from", "stopped"}
     assert st["resume_available"] is False and st["resume_from"] is None
+    assert st["stopped"] is None
 
 
 @pytest.mark.parametrize("method,route", ROUTES)

@@ -166,7 +166,11 @@ async def test_a_liveness_call_across_a_kernel_restart_gets_the_new_process_answ
     nb = await ws.open_notebook("reborn.ipynb")
     kid = nb["kernel"]["id"]
     pid = await _kernel_pid(ws, kid)
+    km = ws.serverapp.kernel_manager
     busy = asyncio.ensure_future(ws.run(kid, "import time; time.sleep(600)"))
+    deadline = time.monotonic() + 30  # the cell runs (not still queued) before the kill
+    while km.get_kernel(kid).execution_state != "busy" and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
     sent = asyncio.Event()
     real = bridge.run_bridge
 
