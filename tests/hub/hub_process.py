@@ -42,6 +42,12 @@ def chp_bin() -> str | None:
     env = os.environ.get("CHP_BIN")
     if env:
         return env if os.access(env, os.X_OK) else None
+    # where tests/run.sh installs it, so a plain `pytest` after one run.sh finds it too
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    cached = os.path.join(cache, "jupyter-pause-chp", "node_modules", ".bin",
+                          "configurable-http-proxy")
+    if os.access(cached, os.X_OK):
+        return cached
     return shutil.which("configurable-http-proxy")
 
 

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,13 @@ class Server:
     """A `jupyter server` process with jupyter_pause, its directories under ``tmp`` (kept
     across restarts, as a persistent volume keeps them)."""
 
-    def __init__(self, tmp: Path, pause: dict[str, Any] | None = None):
+    def __init__(self, tmp: Path, pause: dict[str, Any] | None = None, *,
+                 shared: Path | None = None):
+        """``shared``: where the state directory, store and key live when several servers
+        share them (default: ``tmp``)."""
         self.tmp = tmp
+        tmp.mkdir(exist_ok=True)
+        shared = shared or tmp
         self.env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp / "config"),
                     "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
                     "JUPYTER_DATA_DIR": str(tmp / "data"), "JUPYTER_PLATFORM_DIRS": "1"}
@@ -42,27 +48,29 @@ class Server:
                           "allow_root": True, "open_browser": False, "port_retries": 0,
                           "root_dir": str(tmp / "root")},
             "IdentityProvider": {"token": TOKEN},
-            "PauseApp": {"state_dir": str(tmp / "state"), "store_url": str(tmp / "store"),
-                         "key_path": str(tmp / "key"), "activity_interval": 0, **(pause or {})},
+            "PauseApp": {"state_dir": str(shared / "state"), "store_url": str(shared / "store"),
+                         "key_path": str(shared / "key"), "activity_interval": 0,
+                         **(pause or {})},
         }))
         self.proc = None
 
     def start(self):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
-        self.log = open(self.tmp / f"server-{self.port}.log", "wb")  # noqa: SIM115
+        self.log_path = self.tmp / f"server-{self.port}.log"
+        self.log = open(self.log_path, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyter_server", f"--port={self.port}", "--ip=127.0.0.1"],
             env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                self.get("jupyter-pause/api/status")
-                return
+                self.call("GET", "api/status")
+                return self
             except OSError:
-                assert self.proc.poll() is None, (self.tmp / f"server-{self.port}.log").read_text()
+                assert self.proc.poll() is None, self.log_path.read_text()
                 time.sleep(0.2)
-        raise TimeoutError("server did not start")
+        raise TimeoutError(f"server did not start: {self.log_path.read_text()}")
 
     def request(self, method, path, body=None):
         data = None if body is None else json.dumps(body).encode()
@@ -73,6 +81,28 @@ class Server:
 
     def get(self, path):
         return self.request("GET", path)
+
+    def call(self, method, path, body=None):
+        """(status code, JSON body) of a request; HTTP errors are answers too."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Authorization": f"token {TOKEN}"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    def state(self, *states, timeout=90):
+        """The status once the workspace is in one of ``states`` with no flight running."""
+        deadline = time.monotonic() + timeout
+        while True:
+            _, st = self.call("GET", "jupyter-pause/api/status")
+            if st["state"] in states and st["flight"] is None:
+                return st
+            if time.monotonic() > deadline:
+                raise AssertionError(f"state {st['state']} after {timeout} s: {st}")
+            time.sleep(0.2)
 
     def kill(self):
         """SIGKILL the server and its kernels, as when a pod dies."""

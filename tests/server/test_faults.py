@@ -10,15 +10,10 @@ import asyncio
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 
-import psutil
 import pytest
+from server_process import Server
 
 from jupyter_pause.server import kernels as kbridge
 
@@ -212,117 +207,19 @@ async def test_free_text_trigger_never_becomes_a_metric_label(ws):
 # ------------------------------------------------------------------ real server processes
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RealServer:
-    """A `jupyter server` process; ``shared`` holds the state dir, store and key."""
-
-    TOKEN = "faults-test-token"
-
-    def __init__(self, home, shared):
-        self.home = home
-        home.mkdir()
-        (home / "config").mkdir()
-        (home / "root").mkdir(exist_ok=True)
-        self.env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"),
-                    "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-                    "JUPYTER_DATA_DIR": str(home / "data"), "JUPYTER_PLATFORM_DIRS": "1"}
-        (home / "config" / "jupyter_server_config.json").write_text(json.dumps({
-            "ServerApp": {"jpserver_extensions": {"jupyter_pause": True}, "allow_root": True,
-                          "open_browser": False, "port_retries": 0,
-                          "root_dir": str(home / "root")},
-            "IdentityProvider": {"token": self.TOKEN},
-            "PauseApp": {"state_dir": str(shared / "state"), "store_url": str(shared / "store"),
-                         "key_path": str(shared / "key"), "activity_interval": 0},
-        }))
-        self.proc = None
-        self.log_path = home / "server.log"
-
-    def start(self):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        self.log = open(self.log_path, "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_server", f"--port={self.port}", "--ip=127.0.0.1"],
-            env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                self.call("GET", "api/status")
-                return self
-            except OSError:
-                assert self.proc.poll() is None, self.log_path.read_text()
-                time.sleep(0.2)
-        raise TimeoutError(f"server did not start: {self.log_path.read_text()}")
-
-    def call(self, method, path, body=None):
-        """(status code, JSON body) of a request; HTTP errors are answers too."""
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Authorization": f"token {self.TOKEN}"})
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return r.status, json.loads(r.read() or b"null")
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"null")
-
-    def state(self, *states, timeout=90):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            _, st = self.call("GET", "jupyter-pause/api/status")
-            if st["state"] in states and st["flight"] is None:
-                return st
-            time.sleep(0.2)
-        raise AssertionError(f"state {st['state']} after {timeout} s: {st}")
-
-    def run_cell(self, kernel_id, code):
-        from jupyter_client.blocking import BlockingKernelClient
-
-        info = json.loads((self.home / "runtime" / f"kernel-{kernel_id}.json").read_text())
-        kc = BlockingKernelClient()
-        kc.load_connection_info(info)
-        kc.start_channels()
-        try:
-            # execute_interactive ends on IOPub's idle: first make sure IOPub is subscribed
-            kc.wait_for_ready(timeout=60)
-            reply = kc.execute_interactive(code, timeout=120, output_hook=lambda m: None)
-            assert reply["content"]["status"] == "ok", reply["content"]
-        finally:
-            kc.stop_channels()
-
-    def kill(self):
-        """SIGKILL the server and its kernels, as when a pod dies."""
-        procs = psutil.Process(self.proc.pid).children(recursive=True)
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-        for p in procs:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        self.log.close()
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.kill()
-
-
 @pytest.fixture
 def servers(tmp_path):
     made = []
 
     def make(name):
-        s = RealServer(tmp_path / name, tmp_path)
+        s = Server(tmp_path / name, shared=tmp_path)
         made.append(s)
         return s
 
     yield make
     for s in made:
-        s.stop()
+        if s.proc and s.proc.poll() is None:
+            s.kill()
 
 
 def _wait(predicate, timeout=60, what="condition"):
