@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from queue import Empty
 from typing import Any
 
 from traitlets import Bool, Float
@@ -50,7 +51,7 @@ class LocalBackend(Backend):
             kid = await self._kernel_for(ctx, rec)
             if kid is None:
                 ctx.progress(f"Starting a kernel for {rec.label}")
-                kid = await asyncio.wait_for(self._start(ctx, rec), self.kernel_start_timeout)
+                kid = await self._start_ready(ctx, rec)
                 started.append(kid)
             ctx.kernel_map[rec.kernel_id] = kid
         return {"started_kernels": started}
@@ -88,6 +89,33 @@ class LocalBackend(Backend):
                 return current["kernel"]["id"]
         return None
 
+    async def _start_ready(self, ctx: ResumeContext, rec: KernelRecord) -> str:
+        """Start a kernel and wait until it answers; once more with a new kernel if it died.
+
+        A kernel dies at start when another process bound one of its ports between
+        jupyter_client choosing the port and the kernel binding it (ipykernel itself binds an
+        extra, OS-chosen port, so two kernels starting together can collide; jupyter_client
+        #487). Its restarter then reuses the same cached ports, so every restart fails the
+        same way and the kernel is finally removed. A new kernel gets new ports. Waiting for
+        each kernel to answer before starting the next also keeps our own starts apart.
+        """
+        km = ctx.kernel_manager
+        why = ""
+        for _ in range(2):
+            kid = await asyncio.wait_for(self._start(ctx, rec), self.kernel_start_timeout)
+            why = await _answers(km, kid, self.kernel_start_timeout)
+            if not why:
+                return kid
+            self.log.warning("jupyter_pause: the kernel for %s %s; starting a new one",
+                             rec.label, why)
+            if kid in km:
+                try:
+                    await km.shutdown_kernel(kid, now=True)
+                except Exception:  # it is going away either way
+                    self.log.debug("shutting down a kernel that failed to start", exc_info=True)
+        raise BackendError(f"could not start a kernel for {rec.label}: it {why}",
+                           reason="kernel_start")
+
     async def _start(self, ctx: ResumeContext, rec: KernelRecord) -> str:
         sm = ctx.session_manager
         try:
@@ -102,6 +130,46 @@ class LocalBackend(Backend):
                 f"could not start a {rec.kernel_name!r} kernel for {rec.label}: {e}",
                 reason="kernel_start",
             ) from e
+
+
+def _pid(km: Any, kid: str) -> int | None:
+    try:
+        pid = getattr(km.get_kernel(kid).provisioner, "pid", None)
+    except KeyError:
+        return None
+    return pid if isinstance(pid, int) else None
+
+
+async def _answers(km: Any, kid: str, timeout: float) -> str:
+    """An empty string once the kernel answers kernel_info; else why not (it died or was
+    restarted while starting)."""
+    if kid not in km:
+        return "died while starting"
+    first = _pid(km, kid)
+    kernel = km.get_kernel(kid)
+    session = kernel.session.clone()
+    session.session = uuid.uuid4().hex  # a shell identity of our own (see server.bridge)
+    client = kernel.client(session=session)
+    client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+    deadline = asyncio.get_running_loop().time() + timeout
+    try:
+        while asyncio.get_running_loop().time() < deadline:
+            if kid not in km:
+                return "died while starting"
+            now = _pid(km, kid)
+            if first is not None and now is not None and now != first:
+                return "died while starting and was restarted on the same ports"
+            msg_id = client.kernel_info()
+            try:
+                while True:
+                    reply = await client.get_shell_msg(timeout=1.0)
+                    if (reply.get("parent_header") or {}).get("msg_id") == msg_id:
+                        return ""
+            except Empty:
+                continue
+        return f"did not answer within {timeout:.0f} s"
+    finally:
+        client.stop_channels()
 
 
 async def _session_for_path(sm: Any, path: str) -> dict | None:

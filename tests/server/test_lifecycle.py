@@ -198,3 +198,40 @@ async def test_status_answers_quickly_during_a_large_checkpoint(ws):
     assert p50 < 0.1 and worst < 1.0, (p50, worst, len(latencies))
     assert progress and progress[-1][1] >= 128 * 2**20  # bytes done / total across kernels
     assert (await ws.status())["state"] == "paused"
+
+
+async def test_resume_replaces_a_kernel_that_dies_at_start(ws, monkeypatch):
+    """ipykernel binds one extra, OS-chosen port besides the five jupyter_client picks, so a
+    kernel starting beside another can find one of its ports taken and die; its restarter then
+    reuses the same cached ports until the kernel is removed (jupyter_client#487, seen in the
+    lifecycle soak). Resume starts a new kernel (new ports) instead of failing."""
+    import socket
+
+    from jupyter_client.connect import LocalPortCache
+
+    nb = await ws.open_notebook("port.ipynb")
+    await ws.run(nb["kernel"]["id"], "v = 7")
+    _, st = await ws.flight("pause")
+    assert st["state"] == "paused", st
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    real = LocalPortCache.find_available_port
+    handed: list[int] = []
+
+    def find(self, ip):  # the next kernel's first port is one another process holds
+        if not handed:
+            handed.append(taken.getsockname()[1])
+            return handed[0]
+        return real(self, ip)
+
+    monkeypatch.setattr(LocalPortCache, "find_available_port", find)
+    try:
+        _, st = await ws.flight("resume")
+    finally:
+        taken.close()
+    assert handed, "the resume started no kernel"
+    assert st["state"] == "ready" and st["outcome"] == "restored", st
+    kid = st["last_report"]["kernels"][0]["kernel_id"]
+    assert (await ws.run(kid, "print(v)")).strip() == "7"
