@@ -135,16 +135,7 @@ async def test_a_call_to_a_kernel_that_goes_away_ends_at_once(ws, how, monkeypat
         real = bridge.own_client
 
         def spied(serverapp, kernel_id):
-            kc = real(serverapp, kernel_id)
-            execute = kc.execute
-
-            def execute_and_tell(*args, **kwargs):
-                msg_id = execute(*args, **kwargs)
-                sent.set()
-                return msg_id
-
-            kc.execute = execute_and_tell
-            return kc
+            return _tell_when_sent(real(serverapp, kernel_id), sent)
 
         monkeypatch.setattr(bridge, "own_client", spied)
         call = asyncio.ensure_future(bridge.call(ws.serverapp, kid, "liveness", timeout=600))
@@ -158,6 +149,19 @@ async def test_a_call_to_a_kernel_that_goes_away_ends_at_once(ws, how, monkeypat
             await asyncio.wait_for(call, 60)
     finally:
         busy.cancel()
+
+
+def _tell_when_sent(kc, sent: asyncio.Event):
+    """The client, made to set ``sent`` once its execute request is on the wire."""
+    execute = kc.execute
+
+    def execute_and_tell(*args, **kwargs):
+        msg_id = execute(*args, **kwargs)
+        sent.set()
+        return msg_id
+
+    kc.execute = execute_and_tell
+    return kc
 
 
 async def test_a_liveness_call_across_a_kernel_restart_gets_the_new_process_answer(
@@ -175,15 +179,7 @@ async def test_a_liveness_call_across_a_kernel_restart_gets_the_new_process_answ
     real = bridge.run_bridge
 
     async def spied(kc, func, **kwargs):
-        execute = kc.execute
-
-        def execute_and_tell(*args, **kw):
-            msg_id = execute(*args, **kw)
-            sent.set()
-            return msg_id
-
-        kc.execute = execute_and_tell
-        return await real(kc, func, **kwargs)
+        return await real(_tell_when_sent(kc, sent), func, **kwargs)
 
     monkeypatch.setattr(bridge, "run_bridge", spied)
     try:
