@@ -136,8 +136,10 @@ def _open_store(app: Any) -> Any:
     from ..checkpoint import load_or_create_key, open_store
 
     # With the key, listings show only authentic checkpoints (a foreign one is never offered).
-    url = app.store_url or None
-    return open_store(url, key=load_or_create_key(app.key_path or None, store=open_store(url)))
+    # Opened once: the key check (no new key over existing checkpoints) lists the same store.
+    store = open_store(app.store_url or None)
+    store.key = load_or_create_key(app.key_path or None, store=store)
+    return store
 
 
 class CheckpointsHandler(BaseHandler):
