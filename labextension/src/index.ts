@@ -22,6 +22,7 @@ import { AutoPauseNotice } from './autopause';
 import { PauseController, IStatusChange } from './controller';
 import { pauseIcon, resumeIcon } from './icons';
 import { runMagic } from './kernelcmd';
+import { holdModeOf, KernelHold } from './kernelhold';
 import { hasNewReport, isFlightActive, IStatus, ITrans, reportHeadline } from './model';
 import { showReportDialog } from './report';
 import { PauseStatusItem } from './statusbar';
@@ -114,7 +115,30 @@ const plugin: JupyterFrontEndPlugin<void> = {
       Notification.error(trans.__('%1: %2', what, message), { autoClose: false });
     };
 
+    // No notebook starts a kernel of its own while paused or during a pause or resume.
+    let holdNote: string | null = null;
+    const holdNotice = (message: string, actions: Notification.IAction[] = []) => {
+      if (holdNote) {
+        Notification.dismiss(holdNote);
+      }
+      holdNote = Notification.info(message, { actions, autoClose: 8000 });
+    };
+    const hold = new KernelHold({
+      onRunWhilePaused: () =>
+        holdNotice(
+          trans.__('The workspace is paused, so the cell did not run. Resume to run it.'),
+          [{ label: trans.__('Resume'), callback: () => void commands.execute(CommandIDs.resume) }]
+        ),
+      onRunWaiting: () =>
+        holdNotice(
+          trans.__('The cell will run when the workspace is back and the notebook is reconnected.')
+        )
+    });
+    tracker?.forEach(panel => hold.attach(panel.sessionContext));
+    tracker?.widgetAdded.connect((_, panel) => hold.attach(panel.sessionContext));
+
     const doPause = async () => {
+      hold.set('busy'); // from the click on: the server's answer may come after a cell run
       try {
         await controller.pause();
       } catch (error) {
@@ -122,6 +146,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     };
     const doResume = async () => {
+      hold.set('busy');
       try {
         await controller.resume();
       } catch (error) {
@@ -340,6 +365,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
           );
         }
       }
+      // Held while paused or in a flight; freed only once the notebooks follow the server's
+      // kernels, and only if no newer answer started another flight meanwhile.
+      const mode = holdModeOf(current);
+      if (mode !== 'free') {
+        hold.set(mode);
+      } else {
+        void synced.then(() => {
+          if (holdModeOf(controller.status) === 'free') {
+            hold.set('free');
+          }
+        });
+      }
       announceFailure(previous, current);
       if (hasNewReport(seenReport, current) && current.last_report) {
         const report = current.last_report;
@@ -404,6 +441,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
      * POSTs under a temporary path and only then renames it to the notebook's path.
      * SessionContext has no public way to adopt an existing session, so this uses the method
      * its own initialization uses, and falls back to changeKernel() if that ever goes away.
+     * The kernel hold keeps JupyterLab from starting a session of its own meanwhile, whose
+     * completion would shut down the adopted one.
      */
     function adoptSession(context: ISessionContext, model: Session.IModel): boolean {
       const handle = (context as unknown as {

@@ -321,3 +321,40 @@ def test_commands_menu_checkpoint_and_restore(lab: LabServer, page) -> None:
     expect()(restored).to_be_visible(timeout=60_000)
     run_cell(page, panel, 2, "print('z is', z)")
     expect()(cell_output(panel, 2)).to_contain_text("z is 1", timeout=60_000)
+
+
+def test_cells_run_while_paused_or_resuming_never_start_a_kernel(lab: LabServer, page) -> None:
+    """A cell run while paused starts no kernel (it would hold the freed accelerator) and says
+    to resume; one run right after Resume waits and then runs on the restored kernel.
+
+    Without the hold, JupyterLab's cell executor calls SessionContext.startKernel(), whose
+    _changeKernel() POSTs a session under a temporary path and, on completion, shuts down the
+    session the notebook adopted meanwhile: the restored kernel (seen as `x` undefined)."""
+    lab.write_notebook("hold.ipynb", "", "", "")
+    panel = open_notebook(page, lab, "hold.ipynb")
+    status = status_item(page)
+    run_cell(page, panel, 0, "x = 41\nprint('set', x)")
+    expect()(cell_output(panel, 0)).to_contain_text("set 41", timeout=60_000)
+
+    button = pause_button(panel)
+    expect_enabled(button)
+    button.click()
+    expect()(status).to_have_attribute("data-state", "paused", timeout=SLOW)
+    expect()(page.locator("#jp-main-statusbar")).to_contain_text("No Kernel", timeout=30_000)
+
+    run_cell(page, panel, 1, "print('while paused')")
+    notice = page.locator(".Toastify__toast", has_text="the cell did not run")
+    expect()(notice).to_be_visible(timeout=30_000)
+    assert lab.api("GET", "api/kernels") == []
+    expect()(cell_output(panel, 1)).to_have_count(0)
+    expect()(page.locator(".jp-Dialog")).to_have_count(0)  # no "Select Kernel" dialog either
+
+    expect()(button).to_have_text("Resume")
+    button.click()
+    # At once, before the resume finishes and before the tab is reconnected.
+    run_cell(page, panel, 2, "print(x + 1)")
+    expect()(status).to_have_attribute("data-state", "ready", timeout=SLOW)
+    expect()(cell_output(panel, 2)).to_contain_text("42", timeout=60_000)
+    sessions = [s for s in lab.api("GET", "api/sessions") if s["path"] == "hold.ipynb"]
+    assert len(sessions) == 1, sessions
+    assert [k["id"] for k in lab.api("GET", "api/kernels")] == [sessions[0]["kernel"]["id"]]

@@ -106,9 +106,15 @@ def test_toolbar_and_status_through_the_hub(hub: Hub, tmp_path: Path) -> None:
             assert server["state"] == "paused" and server["last_checkpoint"], server
 
             button.click()
+            # Run a cell at once: it waits for the resume and runs on the restored kernel.
+            panel.locator(".jp-Cell").nth(1).locator(".cm-content").click()
+            page.keyboard.insert_text("print(x + 1)")
+            page.keyboard.press("Shift+Enter")
             expect(status).to_have_attribute("data-state", "ready", timeout=SLOW)
             expect(status).to_have_text("Restored from checkpoint")
             expect(button).to_have_text("Pause")
+            after = panel.locator(".jp-Cell").nth(1).locator(".jp-OutputArea-output")
+            expect(after).to_contain_text("42", timeout=60_000)
             server = hub.get(f"/user/{USER}/jupyter-pause/api/status")
             assert server["state"] == "ready" and server["outcome"] == "restored", server
             assert not errors, f"JavaScript errors on the page: {errors}"

@@ -1,0 +1,118 @@
+/**
+ * Keeps notebooks from starting kernels of their own while the workspace is paused or a pause
+ * or resume is under way.
+ *
+ * Why: a notebook without a kernel starts one when a cell runs (the cell executor calls
+ * `SessionContext.startKernel()`) or when it is opened. While paused, such a kernel would hold
+ * the accelerator the pause gave back. During a resume it races the restored kernel:
+ * `SessionContext._changeKernel()` without a session POSTs a session under a temporary path,
+ * and when it completes it shuts down whatever session the notebook adopted meanwhile, which
+ * is the restored kernel's.
+ *
+ * How: `attach()` wraps each notebook's `startKernel()`. While held, a cell run during a
+ * pause or resume waits until the workspace is free and the notebooks are reconnected, then
+ * lets the cell executor go on (onto the restored kernel). While paused, it does not run, and
+ * the person is told to resume. No JupyterLab imports, so it is unit-tested in Node.
+ */
+
+import { isFlightActive, IStatus } from './model';
+
+/** The part of `ISessionContext` the hold uses. */
+export interface IHoldableContext {
+  startKernel(): Promise<boolean>;
+  readonly hasNoKernel: boolean;
+  readonly isReady: boolean;
+  readonly isDisposed: boolean;
+}
+
+/** `free`: kernels may start. `busy`: a pause or resume is running. `paused`: kernels are stopped. */
+export type HoldMode = 'free' | 'busy' | 'paused';
+
+export interface IKernelHoldOptions {
+  /** A cell was run while paused: it did not run; tell the person to resume. */
+  onRunWhilePaused: () => void;
+  /** A cell was run during a pause or resume: it waits; tell the person it will run after. */
+  onRunWaiting: () => void;
+}
+
+/** The hold a workspace status calls for. */
+export function holdModeOf(status: IStatus | null): HoldMode {
+  if (!status) {
+    return 'free';
+  }
+  if (status.state === 'paused') {
+    return 'paused';
+  }
+  return isFlightActive(status) ? 'busy' : 'free';
+}
+
+const WRAPPED = Symbol('jupyter-pause:kernel-hold');
+
+export class KernelHold {
+  constructor(options: IKernelHoldOptions) {
+    this._options = options;
+  }
+
+  get mode(): HoldMode {
+    return this._mode;
+  }
+
+  /**
+   * Set the mode. Leaving `busy` wakes the cell runs that wait; callers set `free` only once
+   * the notebooks are reconnected to the server's kernels, so a woken run finds its kernel.
+   */
+  set(mode: HoldMode): void {
+    if (mode === this._mode) {
+      return;
+    }
+    this._mode = mode;
+    if (mode !== 'busy') {
+      const wake = this._waiters;
+      this._waiters = [];
+      wake.forEach(resolve => resolve());
+    }
+  }
+
+  /** Wrap the context's `startKernel()` (once per context). */
+  attach(context: IHoldableContext): void {
+    const marked = context as IHoldableContext & { [WRAPPED]?: boolean };
+    if (marked[WRAPPED]) {
+      return;
+    }
+    marked[WRAPPED] = true;
+    const original = context.startKernel.bind(context);
+    context.startKernel = () => this._startKernel(context, original);
+  }
+
+  private async _startKernel(
+    context: IHoldableContext,
+    original: () => Promise<boolean>
+  ): Promise<boolean> {
+    // While the context initializes (a notebook opened now), say nothing: it shows "No Kernel"
+    // and starts one on its first cell run once the workspace is free.
+    const quiet = !context.isReady;
+    if (this._mode === 'busy') {
+      if (!quiet) {
+        this._options.onRunWaiting();
+      }
+      await new Promise<void>(resolve => this._waiters.push(resolve));
+    }
+    if (context.isDisposed) {
+      return false;
+    }
+    if (this._mode === 'paused') {
+      if (!quiet) {
+        this._options.onRunWhilePaused();
+      }
+      return false; // false: no kernel dialog; the cell executor then leaves the cell unrun
+    }
+    if (!context.hasNoKernel) {
+      return false; // reconnected to the restored kernel while waiting: the cell runs there
+    }
+    return original();
+  }
+
+  private _mode: HoldMode = 'free';
+  private _options: IKernelHoldOptions;
+  private _waiters: Array<() => void> = [];
+}
