@@ -83,7 +83,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         pre.append(Check("kubernetes", MISSING, f"no Kubernetes access: {e}".splitlines()[0],
                          "run inside the notebook pod or pass --kubeconfig"))
     checks = pre + asyncio.run(run_checks(kube, pod_name=name, namespace=ns, backend=args.backend,
-                                          storage_config=args.storage_config))
+                                          storage_config=args.storage_config,
+                                          policy_name=getattr(args, "policy", None)))
     if args.json:
         print(json.dumps([c.to_dict() for c in checks], indent=1))
     else:
@@ -154,6 +155,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--namespace", "-n", default=None, help="default: POD_NAMESPACE")
     p.add_argument("--pod", default=None, help="default: POD_NAME or the hostname")
     p.add_argument("--storage-config", default="jupyter-pause-snapshots")
+    p.add_argument("--policy", default=None,
+                   help="PodSnapshotPolicy name (default jp-<workspace>, or GKE Workspaces')")
     p.add_argument("--json", action="store_true", help="print JSON")
     _kube_options(p)
     p.set_defaults(func=cmd_doctor)

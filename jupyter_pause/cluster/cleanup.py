@@ -77,7 +77,7 @@ async def collect_garbage(kube: Kube, ns: str, workspace: str, *, keep: int,
         tname = t["metadata"]["name"]
         for s in snaps:
             await kube.delete(SNAPSHOTS, s["metadata"]["name"], ns)
-        left = await _wait_gone(kube, ns, tname, delete_wait)
+        left = await wait_gone(kube, ns, tname, delete_wait)
         if left:
             # Keep the trigger while its snapshots still exist: it is how they are found again.
             stuck += left
@@ -97,7 +97,7 @@ async def collect_garbage(kube: Kube, ns: str, workspace: str, *, keep: int,
     return {"deleted": deleted, "remaining": remaining, "stuck": stuck}
 
 
-async def _wait_gone(kube: Kube, ns: str, trigger: str, timeout: float) -> list[str]:
+async def wait_gone(kube: Kube, ns: str, trigger: str, timeout: float) -> list[str]:
     """Names of the trigger's snapshots still present after `timeout` seconds."""
     import asyncio
 

@@ -2,7 +2,8 @@
 
 Each check gives ok / missing / warn with what it saw and how to fix it: the gVisor runtime class,
 the kernels' IPC transport, the server's poll() selector, the RBAC verbs (SelfSubjectAccessReview
-for every verb the product uses), the feature's CRDs, and the snapshot storage config.
+for every verb the product uses), the feature's CRDs, the snapshot storage config, and whether a
+PodSnapshotPolicy selects this pod.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .kube import (
     NOTEBOOK_CLUSTER_PERMISSIONS,
     NOTEBOOK_PERMISSIONS,
     PODS,
+    POLICIES,
     SNAPSHOT_GROUP,
     SNAPSHOT_VERSION,
     STORAGE_CONFIGS,
@@ -76,9 +78,75 @@ def check_selector(files: list[str]) -> Check:
                  "examples/kubernetes/jupyter-server-config.yaml)")
 
 
+def selects(selector: dict | None, labels: dict[str, str]) -> bool:
+    """A metav1.LabelSelector against labels (matchLabels and matchExpressions)."""
+    sel = selector or {}
+    if not sel.get("matchLabels") and not sel.get("matchExpressions"):
+        return False  # GKE requires a selector; an empty one is taken as selecting nothing
+    if any(labels.get(k) != v for k, v in (sel.get("matchLabels") or {}).items()):
+        return False
+    for e in sel.get("matchExpressions") or []:
+        key, op, vals = e.get("key"), e.get("operator"), set(e.get("values") or [])
+        ok = {"In": labels.get(key) in vals, "NotIn": labels.get(key) not in vals,
+              "Exists": key in labels, "DoesNotExist": key not in labels}.get(op, False)
+        if not ok:
+            return False
+    return True
+
+
+async def check_policy(kube: Kube, pod: dict, policy_name: str | None = None) -> Check:
+    """Does a PodSnapshotPolicy select this pod (the one the server sets up, or the add-on's)?"""
+    from .gke import (
+        GKW_READINESS_GATE,
+        dns_name,
+        gkw_policy_name,
+        has_pvc,
+        workspace_key,
+    )
+
+    meta = pod["metadata"]
+    labels, ns = meta.get("labels") or {}, meta["namespace"]
+    ws = labels.get(WORKSPACE_LABEL)
+    gated = any(g.get("conditionType") == GKW_READINESS_GATE
+                for g in (pod.get("spec") or {}).get("readinessGates") or [])
+    key = workspace_key(pod)
+    names = [n for n in (policy_name, gkw_policy_name(ws) if ws else None,
+                         dns_name("jp", key[1]) if key else None) if n]
+    if not names:
+        return Check("snapshot policy", MISSING, "the pod has no stable label a policy can "
+                     "select", "label the pod template with jupyter-pause.io/workspace=<name>")
+    for name in dict.fromkeys(names):
+        try:
+            pol = await kube.get_or_none(POLICIES, name, ns)
+        except KubeError as e:
+            return Check("snapshot policy", WARN, f"cannot read {name}: {e}")
+        if pol is None:
+            continue
+        spec = pol.get("spec") or {}
+        if not selects(spec.get("selector"), labels):
+            return Check("snapshot policy", MISSING, f"{name} does not select this pod",
+                         "fix its spec.selector or delete it (the server re-creates it)")
+        post = (spec.get("triggerConfig") or {}).get("postCheckpoint", "resume")
+        if has_pvc(pod) and post != "stop":
+            return Check("snapshot policy", MISSING,
+                         f"{name} selects this pod with postCheckpoint: {post}, and the pod "
+                         "mounts a PVC", "set postCheckpoint: stop (GKE's rule for pods "
+                         "with a PVC)")
+        who = " (GKE Workspaces)" if name == gkw_policy_name(ws or "") else ""
+        return Check("snapshot policy", OK, f"{name}{who} selects this pod "
+                     f"({(spec.get('triggerConfig') or {}).get('type')}, postCheckpoint: {post})")
+    if gated:
+        return Check("snapshot policy", WARN, "GKE Workspaces manages this pod but its policy "
+                     f"{gkw_policy_name(ws or '')} is not there yet", "check the add-on")
+    return Check("snapshot policy", WARN, f"no PodSnapshotPolicy selects this pod yet "
+                 f"({names[-1]} is missing)", "start the notebook server once (it creates the "
+                 "policy) or apply examples/kubernetes/snapshot-storage.yaml")
+
+
 async def run_checks(kube: Kube | None, *, pod_name: str | None, namespace: str | None,
                      backend: str = "gke", storage_config: str = "jupyter-pause-snapshots",
-                     config: Any = None, config_files: list[str] | None = None) -> list[Check]:
+                     config: Any = None, config_files: list[str] | None = None,
+                     policy_name: str | None = None) -> list[Check]:
     checks: list[Check] = []
     if config is None:
         try:
@@ -175,6 +243,8 @@ async def run_checks(kube: Kube | None, *, pod_name: str | None, namespace: str 
                    "c.GKEBackend.storage_config" if e.status == 404 else
                    "bind the jupyter-pause-storage-reader ClusterRole (rbac.yaml)")
             checks.append(Check("storage config", MISSING, str(e), fix))
+        if pod is not None:
+            checks.append(await check_policy(kube, pod, policy_name))
     return checks
 
 

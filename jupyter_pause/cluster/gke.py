@@ -1,19 +1,23 @@
 """GKE Pod Snapshots backend (`podsnapshot.gke.io/v1`).
 
-Pause, after the server wrote the application checkpoint: ensure a manual PodSnapshotPolicy that
-selects this workspace's pod, create a PodSnapshotManualTrigger for the own pod, watch it to
-Triggered=True/Complete (or False/Failed|Error), wait for the PodSnapshot to be Ready, and only then
-stop the pod through its owner (Kubeflow Workspace `spec.paused`, StatefulSet replicas 0, or the
-policy's `postCheckpoint: stop`). A failed or timed-out snapshot raises BackendError: the lifecycle
-records it and the checkpoint stays the way back.
+The workspace's manual PodSnapshotPolicy is set up when the server starts (describe()), so that a
+policy selects the pod before anything is paused. Pause, after the server wrote the application
+checkpoint: create a PodSnapshotManualTrigger for the own pod, watch it to Triggered=True/Complete
+(or False/Failed|Error), wait for the PodSnapshot to be Ready, and only then stop the pod through its
+owner (Kubeflow Workspace `spec.paused`, StatefulSet replicas 0, or the policy's
+`postCheckpoint: stop`). A pod with a PersistentVolumeClaim always uses `stop` (GKE's rule), and
+then nothing is written after the trigger. A pod the GKE Workspaces add-on manages gets no policy or
+trigger of ours: the pause goes through the Workspace and the add-on. A failed or timed-out snapshot
+raises BackendError: the lifecycle records it and the checkpoint stays the way back.
 
 A pod-snapshot restore revives this very process in the middle of snapshot()/release() (the
 snapshot was taken while it waited). It notices (the pod by its recorded name is gone or has a new
 uid, or the hostname changed) and then never stops the restored pod.
 
-In the resumed pod, restored_live() reads the own pod's PodRestored condition: GKE cold-starts
-silently when a restore fails, and the reason given (another GPU model, a changed pod spec) comes
-from what this backend recorded on the trigger at pause time.
+In the resumed pod, restored_live() reads the own pod's PodRestored condition (whose message must
+name the snapshot this pause made) and GKE's Warning event when it fell back to a cold start; the
+reason given (another GPU model, a changed pod spec) also comes from what this backend recorded on
+the trigger at pause time.
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ from traitlets import Bool, Enum, Float, Int, Unicode
 
 from . import accelerator
 from .base import BackendError, PauseContext, ResumeContext
-from .cleanup import collect_garbage
+from .cleanup import collect_garbage, snapshots_of
+from .cleanup import wait_gone as wait_snapshots_gone
 from .kube import (
+    EVENTS,
     FLIGHT_ANNOTATION,
     GPU_MODEL_ANNOTATION,
     PODS,
@@ -77,18 +83,66 @@ def trigger_name(workspace: str) -> str:
     return f"{dns_name('jp', workspace, limit=38)}-{stamp}-{secrets.token_hex(4)}"
 
 
+SA_TOKEN_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def _is_sa_token_volume(v: dict) -> bool:
+    """The per-pod `kube-api-access-<random>` volume the ServiceAccount admission plugin adds
+    (kubernetes plugin/pkg/admission/serviceaccount/admission.go): random per pod."""
+    sources = ((v.get("projected") or {}).get("sources")) or []
+    return str(v.get("name", "")).startswith("kube-api-access-") or any(
+        "serviceAccountToken" in src for src in sources)
+
+
 def distilled_spec_hash(pod: dict) -> str:
     """A hash of the pod-spec fields GKE matches a snapshot on (CONCEPT "Snapshot matching"):
-    a change here means a cold start. Env values and scheduling fields are left out, as GKE does."""
+    a change here means a cold start. Env values and scheduling fields are left out, as GKE does,
+    and so is the service-account token volume: its name differs in every pod."""
     spec = pod.get("spec") or {}
-    keep = ("image", "command", "args", "workingDir", "ports", "volumeMounts", "securityContext")
-    containers = [{k: c.get(k) for k in keep} for c in spec.get("containers") or []]
+    token_vols = {v.get("name") for v in spec.get("volumes") or [] if _is_sa_token_volume(v)}
+    keep = ("image", "command", "args", "workingDir", "ports", "securityContext")
+    containers = [{**{k: c.get(k) for k in keep},
+                   "volumeMounts": [m for m in c.get("volumeMounts") or []
+                                    if m.get("name") not in token_vols
+                                    and m.get("mountPath") != SA_TOKEN_MOUNT] or None}
+                  for c in spec.get("containers") or []]
+    volumes = [v for v in spec.get("volumes") or [] if v.get("name") not in token_vols] or None
     annotations = {k: v for k, v in ((pod.get("metadata") or {}).get("annotations") or {}).items()
                    if k.startswith("dev.gvisor.")}
-    data = {"containers": containers, "volumes": spec.get("volumes"),
+    data = {"containers": containers, "volumes": volumes,
             "securityContext": spec.get("securityContext"),
             "runtimeClassName": spec.get("runtimeClassName"), "annotations": annotations}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cold_start_event(events: list[dict]) -> dict | None:
+    """GKE's Warning event that it skipped the restore. gke-labs/pod-migration issue 13 quotes
+    reason `GKEPodSnapshotting` and a message containing "falling back to a cold start of pod";
+    GKE documents neither, so any Warning whose reason names pod snapshots and whose message
+    says "cold start" counts."""
+    for e in sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime")
+                                              or ""), reverse=True):
+        reason, msg = str(e.get("reason") or ""), str(e.get("message") or "")
+        if e.get("type") == "Warning" and "snapshot" in reason.lower() and \
+                re.search(r"cold[ -]?start", msg, re.IGNORECASE):
+            return e
+    return None
+
+
+# gke-labs/workspaces providers/gke/internal/snapshot: the add-on's pod webhook adds this
+# readiness gate to every pod it manages (ReadinessGateConditionType), and its reconciler keeps a
+# policy `ws-<workspace>-policy` (policyNameFor) for every enabled Workspace.
+GKW_READINESS_GATE = "podsnapshot.gke.kubeflow.org/active"
+
+
+def gkw_policy_name(workspace: str) -> str:
+    return f"ws-{workspace}-policy"
+
+
+def has_pvc(pod: dict) -> bool:
+    """Does the pod mount a PersistentVolumeClaim (or a generic ephemeral volume, which is one)?"""
+    return any("persistentVolumeClaim" in v or "ephemeral" in v
+               for v in (pod.get("spec") or {}).get("volumes") or [])
 
 
 def detect_gpu_model(pod: dict | None = None) -> str | None:
@@ -117,24 +171,38 @@ def pod_owner(pod: dict) -> tuple[str, str] | None:
     return None
 
 
-def restore_reason(pod: dict, trigger: dict | None, gpu_model: str | None) -> tuple[bool, str]:
-    """(restored live?, why) from the pod's PodRestored condition and what the pause recorded."""
+def restore_reason(pod: dict, trigger: dict | None, gpu_model: str | None,
+                   events: list[dict] | None = None,
+                   expected: str | None = None) -> tuple[bool, str]:
+    """(restored live?, why) from the pod's PodRestored condition, GKE's Warning event and what
+    the pause recorded. `expected` is the snapshot this pause made: PodRestored's message names
+    the snapshot it restored (agent-sandbox `check_pod_restored_from_snapshot`), and memory from
+    another (older) snapshot is not this pause's state."""
     c = condition(pod, "PodRestored")
     if c is not None:
         if c.get("status") == "True":
-            return True, c.get("message") or "restored from a pod snapshot"
+            msg = c.get("message") or ""
+            if expected and expected not in msg:
+                return False, (f"pod was restored from another pod snapshot than the one this "
+                               f"pause made ({expected}): {msg or 'PodRestored=True'}")
+            return True, msg or "restored from a pod snapshot"
         detail = ": ".join(x for x in (c.get("reason"), c.get("message")) if x)
         return False, f"pod restore failed ({detail or 'PodRestored=' + str(c.get('status'))})"
+    ev = cold_start_event(events or [])
+    gke_says = f"GKE: {ev.get('message')}" if ev is not None else ""
     ann = ((trigger or {}).get("metadata") or {}).get("annotations") or {}
     snap_gpu, snap_hash = ann.get(GPU_MODEL_ANNOTATION), ann.get(SPEC_HASH_ANNOTATION)
+    why = ""
     if snap_gpu and gpu_model and accelerator.gpu_model_key(snap_gpu) != \
             accelerator.gpu_model_key(gpu_model):
-        return False, (f"pod was cold-started: snapshot for another GPU model "
-                       f"(snapshot taken on {snap_gpu}, this pod has {gpu_model})")
-    if snap_hash and snap_hash != distilled_spec_hash(pod):
-        return False, "pod was cold-started: the pod spec changed since the snapshot"
-    if trigger is None:
-        return False, "pod was cold-started: no pod snapshot of this workspace was found"
+        why = (f"snapshot for another GPU model (snapshot taken on {snap_gpu}, this pod has "
+               f"{gpu_model})")
+    elif snap_hash and snap_hash != distilled_spec_hash(pod):
+        why = "the pod spec changed since the snapshot"
+    elif trigger is None and not gke_says:
+        why = "no pod snapshot of this workspace was found"
+    if why or gke_says:
+        return False, "pod was cold-started: " + "; ".join(x for x in (why, gke_says) if x)
     return False, "pod was cold-started: GKE did not restore the pod snapshot (no PodRestored)"
 
 
@@ -163,10 +231,13 @@ class GKEBackend(LocalBackend):
     stop_via = Enum(["auto", "workspace", "statefulset", "policy", "none"], "auto",
                     help="How release() stops the pod: through its owner, or the policy's "
                     "postCheckpoint: stop (bare pods).").tag(config=True)
-    trigger_timeout = Float(600.0, help="Seconds until the trigger must be Triggered.").tag(
-        config=True)
+    trigger_timeout = Float(1200.0, help="Seconds until the trigger must be Triggered (a "
+                            "64.7 GiB capture froze its pod for 13 min 52 s, llm-d PR 2489)."
+                            ).tag(config=True)
     snapshot_timeout = Float(1800.0, help="Seconds until the PodSnapshot must be Ready (an 8 GiB "
                              "GPU snapshot takes about 2 minutes, 70 GiB about 13).").tag(config=True)
+    discard_wait = Float(60.0, help="Seconds a failed pause waits for its pod snapshot's "
+                         "finalizer before it leaves the trigger for gc().").tag(config=True)
     restored_condition_wait = Float(30.0, help="Seconds after container start to wait for "
                                     "PodRestored (GKE sets it after the process resumed).").tag(
         config=True)
@@ -177,6 +248,10 @@ class GKEBackend(LocalBackend):
                                 "pod would otherwise restore the newest snapshot into any later "
                                 "pod of the workspace (a crash restart too), bringing stale "
                                 "memory back. The application checkpoints stay.").tag(config=True)
+    setup_policy = Bool(True, help="Create the workspace's PodSnapshotPolicy when the server "
+                        "starts, not at the first pause: GKE restores a pod only when a policy "
+                        "selects it, and an admin may want to see or adjust it first.").tag(
+        config=True)
     api_client = AnyTrait(None, allow_none=True,
                           help="A kubernetes.client.ApiClient to use (tests, embedding).")
 
@@ -188,6 +263,8 @@ class GKEBackend(LocalBackend):
         self.restore_reason: str | None = None  # why restored_live() said what it said
         self._gpu_found: str | None = None
         self._cleanup: asyncio.Task | None = None
+        self._gkw_delegate: Any = None  # the Kubeflow backend while GKE Workspaces pauses
+        self.policy_setup: dict[str, Any] | None = None  # what ensure_policy() found at start
 
     # -- plumbing --
     @property
@@ -248,10 +325,65 @@ class GKEBackend(LocalBackend):
         out = {"name": self.name, "configured": why is None, "can_pause": why is None,
                "why_not": why}
         self._described = (time.monotonic(), out)
+        if why is None and self.setup_policy and self.policy_setup is None:
+            try:  # describe() runs at server start: the workspace's setup
+                self.policy_setup = await self.ensure_policy()
+            except (BackendError, KubeError) as e:
+                self.log.warning("jupyter-pause: pod snapshot policy not set up yet: %s", e)
         return out
+
+    async def ensure_policy(self) -> dict[str, Any]:
+        """Make sure a policy selects this pod: {"policy": name, "managed_by": ...}."""
+        pod = await self.own_pod()
+        ns = pod["metadata"]["namespace"]
+        if await self._gkw_managed(pod):
+            ws = pod["metadata"]["labels"][WORKSPACE_LABEL]
+            return {"policy": gkw_policy_name(ws), "managed_by": "gke-workspaces"}
+        key = workspace_key(pod)
+        if key is None:
+            raise BackendError("the pod has no stable label for a snapshot policy",
+                               reason="no_selector")
+        stop = self._stop_mode(pod)
+        name = await self._ensure_policy(ns, key[1], key, postcheckpoint=(
+            "stop" if stop == "policy" else "resume"))
+        return {"policy": name, "managed_by": None}
+
+    async def _gkw_managed(self, pod: dict) -> bool:
+        """Does the GKE Workspaces add-on snapshot this pod? Then a policy and trigger of ours
+        would make two policies select one pod: join the add-on's flow instead."""
+        ws = (pod["metadata"].get("labels") or {}).get(WORKSPACE_LABEL)
+        if not ws:
+            return False
+        gates = (pod.get("spec") or {}).get("readinessGates") or []
+        if any(g.get("conditionType") == GKW_READINESS_GATE for g in gates):
+            return True
+        try:
+            pol = await self.kube.get_or_none(POLICIES, gkw_policy_name(ws),
+                                              pod["metadata"]["namespace"])
+        except KubeError:
+            return False
+        return pol is not None and ((pol.get("spec") or {}).get("selector") or {}).get(
+            "matchLabels", {}).get(WORKSPACE_LABEL) == ws
+
+    def _gkw_backend(self) -> Any:
+        """The Kubeflow backend, which pauses through the Workspace and follows the add-on."""
+        if self._gkw_delegate is None:
+            from .kubeflow import KubeflowBackend
+
+            self._gkw_delegate = KubeflowBackend(
+                parent=self.parent, api_client=self.api_client, kubeconfig=self.kubeconfig,
+                namespace=self.namespace, pod_name=self.pod_name, gpu_model=self.gpu_model,
+                restored_condition_wait=self.restored_condition_wait,
+                checkpoint_timeout=self.trigger_timeout + self.snapshot_timeout)
+            self._gkw_delegate._kube = self.kube
+        return self._gkw_delegate
 
     async def snapshot(self, ctx: PauseContext) -> dict[str, Any]:
         pod = await self.own_pod()
+        if getattr(ctx, "mode", "pause") != "stop" and await self._gkw_managed(pod):
+            ctx.progress("GKE Workspaces manages this pod's snapshots; pausing through it")
+            return await self._gkw_backend().snapshot(ctx)
+        self._gkw_delegate = None
         meta = pod["metadata"]
         ns = meta["namespace"]
         key = workspace_key(pod)
@@ -282,12 +414,17 @@ class GKEBackend(LocalBackend):
         if await self._restored_here():
             return self._woke_result(tname, snap)
         self._pause["snapshot"] = snap
-        # The lifecycle journals snapshot_ready from this result.
+        # The lifecycle journals snapshot_ready from this result, unless GKE stops this pod after
+        # the checkpoint (postCheckpoint: stop): then nothing may be written to the pod's volumes
+        # any more (on GKE this process does not even run again here; only a restored copy does).
         return {"snapshot": snap, "trigger": tname, "policy": policy, "backend": self.name,
-                "stop_via": stop, "gpu_model": await self._gpu(pod)}
+                "stop_via": stop, "gpu_model": await self._gpu(pod),
+                "hold_writes": stop == "policy"}
 
     async def release(self, ctx: PauseContext) -> dict[str, Any]:
         stopping = getattr(ctx, "mode", "pause") == "stop"
+        if self._gkw_delegate is not None and not stopping:
+            return await self._gkw_delegate.release(ctx)
         if stopping:
             self._pause = {}  # no snapshot this time: nothing can have restored this process
         elif self._pause.get("woke_up") or await self._restored_here():
@@ -363,9 +500,22 @@ class GKEBackend(LocalBackend):
             trigger = await self._snapshot_trigger(pod, ns, key[1] if key else None)
         except KubeError as e:
             return {"live": None, "reason": str(e), "snapshot": None}
-        live, why = restore_reason(pod, trigger, await self._gpu(pod))
         snap = ((trigger or {}).get("status") or {}).get("snapshotCreated", {}).get("name")
+        expected = ((pod["metadata"].get("annotations")) or {}).get(PS_NAME_ANNOTATION) or snap
+        live, why = restore_reason(pod, trigger, await self._gpu(pod),
+                                   await self._pod_events(pod), expected)
         return {"live": live, "reason": why, "snapshot": snap}
+
+    async def _pod_events(self, pod: dict) -> list[dict]:
+        """Events about this very pod (best effort: reading events may not be granted)."""
+        meta = pod["metadata"]
+        try:
+            out = await self.kube.list(EVENTS, meta["namespace"], field_selector=(
+                f"involvedObject.name={meta['name']},involvedObject.uid={meta['uid']}"))
+        except KubeError as e:
+            self.log.debug("jupyter-pause: cannot read the pod's events: %s", e)
+            return []
+        return out.get("items") or []
 
     async def gc(self, *, keep: int | None = None, older_than: float | None = None,
                  dry_run: bool = False, protect_pinned: bool = True) -> dict[str, Any]:
@@ -389,6 +539,11 @@ class GKEBackend(LocalBackend):
     def _stop_mode(self, pod: dict) -> str:
         if self.stop_via != "auto":
             return self.stop_via
+        if has_pvc(pod):
+            # GKE's Pod snapshot troubleshooting ("Post-checkpoint mutation risks with PVCs"):
+            # with a PVC use postCheckpoint: stop; writes after the checkpoint make the restore
+            # fail (vfs.CompleteRestore() failed, gke-labs/pod-migration issue 15).
+            return "policy"
         return self._owner_mode(pod) or "policy"
 
     @staticmethod
@@ -432,6 +587,14 @@ class GKEBackend(LocalBackend):
                 f"PodSnapshotPolicy {name} exists but is not a manual policy for this workspace",
                 reason="policy_mismatch",
                 hint="delete it or set c.GKEBackend.policy_name to another name")
+        if postcheckpoint == "stop" and tc.get("postCheckpoint", "resume") != "stop":
+            # "resume" is the CRD's default; with a PVC the restore would then fail.
+            raise BackendError(
+                f"PodSnapshotPolicy {name} resumes the pod after the snapshot, but the pod mounts "
+                "a PersistentVolumeClaim: writes after the snapshot make its restore fail",
+                reason="policy_mismatch",
+                hint="set spec.triggerConfig.postCheckpoint: stop in the policy (GKE's rule for "
+                "pods with a PVC)")
         return name
 
     async def _create_trigger(self, ctx: PauseContext, ns: str, pod: dict, workspace: str) -> dict:
@@ -492,10 +655,16 @@ class GKEBackend(LocalBackend):
             kind, detail = await self.kube.wait_for(TRIGGERS, name, ns, done,
                                                     timeout=self.trigger_timeout)
         except TimeoutError:
-            raise BackendError(f"pod snapshot not triggered within {self.trigger_timeout:.0f} s "
-                               f"(trigger {name})", reason="snapshot_timeout",
-                               hint="check the policy's storage config and the GKE snapshot "
-                               "agent; the checkpoint is the way back") from None
+            # A long capture ends right at the deadline, or the watch missed its last event:
+            # look once more before giving up.
+            again = await self._relist(TRIGGERS, name, ns, done)
+            if not again:
+                raise BackendError(f"pod snapshot not triggered within "
+                                   f"{self.trigger_timeout:.0f} s (trigger {name})",
+                                   reason="snapshot_timeout",
+                                   hint="check the policy's storage config and the GKE snapshot "
+                                   "agent; the checkpoint is the way back") from None
+            kind, detail = again
         except KubeError as e:
             await self._k(_raise(e))
         if kind == "deleted":
@@ -530,9 +699,13 @@ class GKEBackend(LocalBackend):
             kind, detail = await self.kube.wait_for(SNAPSHOTS, name, ns, done, on_change=seen,
                                                     timeout=self.snapshot_timeout)
         except TimeoutError:
-            raise BackendError(f"pod snapshot {name} not Ready after {self.snapshot_timeout:.0f} s",
-                               reason="snapshot_timeout",
-                               hint="the application checkpoint is still the way back") from None
+            again = await self._relist(SNAPSHOTS, name, ns, done)
+            if not again:
+                raise BackendError(f"pod snapshot {name} not Ready after "
+                                   f"{self.snapshot_timeout:.0f} s", reason="snapshot_timeout",
+                                   hint="the application checkpoint is still the way back"
+                                   ) from None
+            kind, detail = again
         except KubeError as e:
             await self._k(_raise(e))
         if kind == "deleted":
@@ -569,13 +742,35 @@ class GKEBackend(LocalBackend):
         return {"snapshot": snap, "trigger": trigger, "backend": self.name, "woke_up": True,
                 "reason": "this pod was restored from the pod snapshot during the pause"}
 
-    async def _discard(self, ns: str, trigger: str) -> None:
-        """After a failed snapshot: delete its PodSnapshots, then the trigger (best effort)."""
+    async def _relist(self, res: Any, name: str, ns: str, done: Any) -> Any:
+        """One fresh read after a wait timed out: done(obj) or None."""
         try:
-            snaps = await self.kube.list(SNAPSHOTS, ns,
-                                         label_selector=f"{TRIGGERED_BY_LABEL}={trigger}")
-            for s in snaps.get("items") or []:
-                await self.kube.delete(SNAPSHOTS, s["metadata"]["name"], ns)
+            return done(await self.kube.get_or_none(res, name, ns))
+        except KubeError:
+            return None
+
+    async def _discard(self, ns: str, trigger: str) -> None:
+        """After a failed snapshot: delete its PodSnapshots, then the trigger (best effort).
+
+        A snapshot that is Ready is never deleted (it completed after all; gc() handles it).
+        The trigger goes only once its snapshots are gone: a finalizer can hold a snapshot for
+        minutes, and the trigger is how `jupyter pause snapshots` and gc() find it again."""
+        try:
+            snaps = await snapshots_of(self.kube, ns, trigger)
+            ready = [s["metadata"]["name"] for s in snaps if is_true(s, "Ready")]
+            for s in snaps:
+                if s["metadata"]["name"] not in ready:
+                    await self.kube.delete(SNAPSHOTS, s["metadata"]["name"], ns)
+            if ready:
+                self.log.warning("jupyter-pause: pod snapshot %s completed after the pause gave "
+                                 "up on it; kept (jupyter pause gc removes it)", ", ".join(ready))
+                return
+            left = await wait_snapshots_gone(self.kube, ns, trigger, self.discard_wait)
+            if left:
+                self.log.warning("jupyter-pause: pod snapshot %s still deleting after %.0f s; "
+                                 "trigger %s kept so that it stays listed", ", ".join(left),
+                                 self.discard_wait, trigger)
+                return
             await self.kube.delete(TRIGGERS, trigger, ns)
         except KubeError as e:
             self.log.warning("jupyter-pause: could not clean up trigger %s: %s", trigger, e)

@@ -55,6 +55,7 @@ class Res:
 
 
 PODS = Res("", "v1", "pods")
+EVENTS = Res("", "v1", "events")  # read only: GKE's Warning when it skips a restore
 STATEFULSETS = Res("apps", "v1", "statefulsets")
 TRIGGERS = Res(SNAPSHOT_GROUP, SNAPSHOT_VERSION, "podsnapshotmanualtriggers")
 SNAPSHOTS = Res(SNAPSHOT_GROUP, SNAPSHOT_VERSION, "podsnapshots")
@@ -62,6 +63,7 @@ POLICIES = Res(SNAPSHOT_GROUP, SNAPSHOT_VERSION, "podsnapshotpolicies")
 STORAGE_CONFIGS = Res(SNAPSHOT_GROUP, SNAPSHOT_VERSION, "podsnapshotstorageconfigs",
                       namespaced=False)
 WORKSPACES = Res(KUBEFLOW_GROUP, KUBEFLOW_VERSION, "workspaces")
+WORKSPACEKINDS = Res(KUBEFLOW_GROUP, KUBEFLOW_VERSION, "workspacekinds", namespaced=False)
 
 
 class KubeError(Exception):
@@ -277,6 +279,8 @@ class Kube:
             return self.core.list_namespaced_pod, (namespace,)
         if res == STATEFULSETS:
             return self.apps.list_namespaced_stateful_set, (namespace,)
+        if res == EVENTS:
+            return self.core.list_namespaced_event, (namespace,)
         if res.namespaced:
             return self.custom.list_namespaced_custom_object, (res.group, res.version, namespace,
                                                                res.plural)
@@ -361,8 +365,9 @@ class Kube:
                 rv = new_rv or rv
 
 
-# Every API verb the notebook's service account uses, per (group, resource). The shipped Role in
-# examples/kubernetes/rbac.yaml grants exactly these (a test checks), and doctor reviews them.
+# Every API verb the notebook's service account uses, per (group, resource). ClusterRole
+# jupyter-pause-notebook in examples/kubernetes/rbac.yaml grants exactly these (a test checks; a
+# RoleBinding or a WorkspaceKind's serviceAccount.clusterRoles binds it), and doctor reviews them.
 NOTEBOOK_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("", "pods"): ("get", "list", "watch"),  # the own pod: identity, PodRestored
     ("apps", "statefulsets"): ("patch",),  # release(): scale the own StatefulSet to 0
@@ -375,11 +380,17 @@ NOTEBOOK_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
 NOTEBOOK_CLUSTER_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     (SNAPSHOT_GROUP, "podsnapshotstorageconfigs"): ("get",),
 }
+# Cluster-scoped and read-only: the kubeflow backend reads the Workspace's WorkspaceKind for GKE
+# Workspaces' opt-in annotation (it falls back to the pod's own evidence when this is denied).
+KUBEFLOW_CLUSTER_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    (KUBEFLOW_GROUP, "workspacekinds"): ("get",),
+}
 # What `jupyter pause resume --namespace NS WORKSPACE` needs (a person or a portal, not the pod).
 RESUMER_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("", "pods"): ("get", "list", "create", "delete"),
     ("apps", "statefulsets"): ("get", "patch"),
     (KUBEFLOW_GROUP, "workspaces"): ("get", "patch"),
     (SNAPSHOT_GROUP, "podsnapshotmanualtriggers"): ("list",),
-    (SNAPSHOT_GROUP, "podsnapshots"): ("get",),
+    # delete: a snapshot whose restore crashes is dropped before the pod is started cold
+    (SNAPSHOT_GROUP, "podsnapshots"): ("get", "delete"),
 }

@@ -5,8 +5,14 @@ Workspace (found from the pod label `notebooks.kubeflow.org/workspace-name`). Pl
 scales the pod away: the checkpoint is the way back. With GKE Workspaces' snapshot add-on, the same
 change becomes a pod snapshot first; its progress is the Workspace annotation
 `podsnapshot.gke.kubeflow.org/checkpoint-state` (Checkpointing -> Ready, Restoring on resume),
-which release() reports while it waits. The add-on has no branch for a failed snapshot (the
-Workspace stays "Checkpointing"), so release() gives up after `checkpoint_timeout` and says so.
+which release() reports while it waits. Those three are all the states the add-on has
+(gke-labs/workspaces providers/gke/internal/snapshot/snapshot.go): it has no branch for a failed
+snapshot (the Workspace stays "Checkpointing"), so release() gives up after `checkpoint_timeout`.
+
+Whether the add-on manages a Workspace follows its own rule (snapshotEnabled in
+providers/gke/internal/snapshot/cache.go): an explicit "false" on the Workspace wins, then a
+podConfig that requests TPUs (never snapshotted), then the Workspace's opt-in, then the
+WorkspaceKind's.
 """
 
 from __future__ import annotations
@@ -24,13 +30,49 @@ from .kube import (
     GKW_STATE_ANNOTATION,
     KUBEFLOW_GROUP,
     KUBEFLOW_VERSION,
+    PS_NAME_ANNOTATION,
     WORKSPACE_LABEL,
+    WORKSPACEKINDS,
     WORKSPACES,
     KubeError,
     condition,
 )
 
 GKW_ENABLED_ANNOTATION = "podsnapshot.gke.kubeflow.org/enabled"
+# The add-on treats GKE Pod Migration's opt-in as a snapshot opt-in too (cache.go).
+POD_MIGRATION_ENABLED_ANNOTATION = "pod-migration.gke.io/enabled"
+# The add-on's pod webhook adds this readiness gate to every pod it manages (webhook.go).
+GKW_READINESS_GATE = "podsnapshot.gke.kubeflow.org/active"
+TPU_RESOURCE = "google.com/tpu"
+
+
+def _opted(ann: dict, value: str) -> bool:
+    return any(str(ann.get(k, "")).lower() == value
+               for k in (GKW_ENABLED_ANNOTATION, POD_MIGRATION_ENABLED_ANNOTATION))
+
+
+def _requests_tpu(kind: dict, pod_config: str) -> bool:
+    options = ((kind.get("spec") or {}).get("podTemplate") or {}).get("options") or {}
+    for v in (options.get("podConfig") or {}).get("values") or []:
+        if v.get("id") == pod_config:
+            res = (v.get("spec") or {}).get("resources") or {}
+            return any(TPU_RESOURCE in (res.get(f) or {}) for f in ("limits", "requests"))
+    return False
+
+
+def gkw_enabled(ws: dict, kind: dict | None) -> bool:
+    """GKE Workspaces' snapshotEnabled (cache.go) for a Workspace and its WorkspaceKind (None: the
+    kind could not be read, where the add-on, too, goes by the Workspace's own annotation)."""
+    ann = ws["metadata"].get("annotations") or {}
+    if str(ann.get(GKW_ENABLED_ANNOTATION, "")).lower() == "false":
+        return False
+    if kind is None:
+        return _opted(ann, "true")
+    pod_config = (((ws.get("spec") or {}).get("podTemplate") or {}).get("options") or {}).get(
+        "podConfig") or ""
+    if _requests_tpu(kind, pod_config):
+        return False
+    return _opted(ann, "true") or _opted(kind["metadata"].get("annotations") or {}, "true")
 
 
 class KubeflowBackend(GKEBackend):
@@ -75,9 +117,30 @@ class KubeflowBackend(GKEBackend):
         ns = pod["metadata"]["namespace"]
         return ws, ns, await self._k(self.kube.get(WORKSPACES, ws, ns))
 
-    @staticmethod
-    def _gkw(obj: dict) -> bool:
-        return (obj["metadata"].get("annotations") or {}).get(GKW_ENABLED_ANNOTATION) == "true"
+    async def _gkw(self, obj: dict) -> bool:
+        """Does GKE Workspaces' snapshot add-on manage this Workspace (see gkw_enabled)?"""
+        kind_name = (obj.get("spec") or {}).get("kind")
+        kind = None
+        if kind_name:
+            try:  # cluster-scoped: needs rbac.yaml's ClusterRoleBinding, not the kind's clusterRoles
+                kind = await self.kube.get(WORKSPACEKINDS, kind_name)
+            except KubeError:
+                kind = None
+        if kind is not None:
+            return gkw_enabled(obj, kind)
+        if gkw_enabled(obj, None):
+            return True
+        if str((obj["metadata"].get("annotations") or {}).get(GKW_ENABLED_ANNOTATION, "")
+               ).lower() == "false":
+            return False
+        # The kind is unreadable (no RBAC): the add-on's pod webhook marked this pod if it
+        # manages the Workspace (it decided with the kind in hand when the pod was created).
+        try:
+            pod = await self.own_pod()
+        except BackendError:
+            return False
+        gates = (pod.get("spec") or {}).get("readinessGates") or []
+        return any(g.get("conditionType") == GKW_READINESS_GATE for g in gates)
 
     async def snapshot(self, ctx: PauseContext) -> dict[str, Any]:
         ws, ns, obj = await self._workspace()
@@ -87,13 +150,19 @@ class KubeflowBackend(GKEBackend):
                        "hostname": socket.gethostname(), "namespace": ns, "workspace": ws}
         # The pod snapshot (if any) is GKE Workspaces' job, started by release() setting paused.
         return {"skipped": True, "workspace": ws, "backend": self.name,
-                "gke_workspaces": self._gkw(obj)}
+                "gke_workspaces": await self._gkw(obj)}
 
     async def release(self, ctx: PauseContext) -> dict[str, Any]:
         ws, ns, obj = await self._workspace()
         ctx.progress(f"Pausing workspace {ws}")
-        await self._k(self.kube.patch(WORKSPACES, ws, {"spec": {"paused": True}}, ns))
-        if not self._gkw(obj):
+        managed = await self._gkw(obj)
+        out = await self._k(self.kube.patch(WORKSPACES, ws, {"spec": {"paused": True}}, ns))
+        # The add-on's Workspace webhook answers the pause itself: paused held at false and
+        # checkpoint-state Checkpointing in the very response. That is proof, whatever we read.
+        out = out or {}
+        intercepted = ((out.get("metadata") or {}).get("annotations") or {}).get(
+            GKW_STATE_ANNOTATION) == "Checkpointing" and not (out.get("spec") or {}).get("paused")
+        if not (managed or intercepted):
             return {"released": True, "stopped_via": "workspace", "owner": ws}
         # GKE Workspaces: the webhook turns paused back to false and checkpoints first. The pod
         # (this process) is frozen while it uploads and stopped after, so a release that returns
@@ -110,8 +179,6 @@ class KubeflowBackend(GKEBackend):
             state = ann.get(GKW_STATE_ANNOTATION)
             if state == "Ready" and (w.get("spec") or {}).get("paused"):
                 return ("ready", ann.get(GKW_LAST_CHECKPOINT_ANNOTATION))
-            if state in ("Failed", "Error"):
-                return ("failed", state)
             if state == "Restoring" or (seen and state is None):
                 return ("resumed", None)  # the workspace was resumed since: we are restored
             return None
@@ -139,9 +206,6 @@ class KubeflowBackend(GKEBackend):
             raise BackendError(str(e), reason="kubernetes") from None
         if kind == "resumed" or await self._restored_here():
             return self._woke(ws)
-        if kind == "failed":
-            raise BackendError(f"GKE Workspaces reported checkpoint-state {detail}",
-                               reason="snapshot_failed")
         return {"released": True, "stopped_via": "workspace", "owner": ws, "snapshot": detail,
                 "checkpoint_state": seen[-1] if seen else None}
 
@@ -158,11 +222,15 @@ class KubeflowBackend(GKEBackend):
         except (BackendError, KubeError) as e:
             return {"live": None, "reason": str(e), "snapshot": None}
         ann = obj["metadata"].get("annotations") or {}
-        if condition(pod, "PodRestored") is None and not self._gkw(obj):
+        if condition(pod, "PodRestored") is None and not await self._gkw(obj):
             return {"live": False, "snapshot": None,
                     "reason": "workspace restarted without a pod snapshot (plain Kubeflow)"}
         trigger = await self._snapshot_trigger(pod, pod["metadata"]["namespace"], None)
-        live, why = restore_reason(pod, trigger, await self._gpu(pod))
+        # the add-on pins the snapshot it restores with ps-name (webhook.go mutatePod); the
+        # Workspace's last-checkpoint-name is cleared once the restored pod is Ready
+        expected = (pod["metadata"].get("annotations") or {}).get(PS_NAME_ANNOTATION)
+        live, why = restore_reason(pod, trigger, await self._gpu(pod),
+                                   await self._pod_events(pod), expected)
         return {"live": live, "reason": why,
                 "snapshot": ann.get(GKW_LAST_CHECKPOINT_ANNOTATION),
                 "checkpoint_state": ann.get(GKW_STATE_ANNOTATION)}

@@ -39,6 +39,8 @@ from .kube import (
 )
 
 FINAL_STATES = {"restored_live", "cold_started", "started", "failed"}
+# Waiting states a person should see the reason of; none of them ends the resume by itself.
+WAITING_STATES = {"gated", "waiting_for_capacity", "image_pull_failing", "config_error"}
 
 
 def _holder() -> str:
@@ -84,15 +86,18 @@ async def acquire_lease(kube: Kube, res: Res, ns: str, name: str, holder: str,
 
 
 async def release_lease(kube: Kube, res: Res, ns: str, name: str, holder: str) -> None:
-    try:
-        obj = await kube.get_or_none(res, name, ns)
-        ann = ((obj or {}).get("metadata") or {}).get("annotations") or {}
-        if obj and holder in (ann.get(LEASE_ANNOTATION) or ""):
-            await kube.patch(res, name, {"metadata": {
-                "resourceVersion": obj["metadata"]["resourceVersion"],
-                "annotations": {LEASE_ANNOTATION: None}}}, ns)
-    except KubeError:
-        pass  # it expires by itself
+    for _ in range(5):  # a 409 means the controller wrote the object meanwhile: read again
+        try:
+            obj = await kube.get_or_none(res, name, ns)
+            ann = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+            if obj and holder in (ann.get(LEASE_ANNOTATION) or ""):
+                await kube.patch(res, name, {"metadata": {
+                    "resourceVersion": obj["metadata"]["resourceVersion"],
+                    "annotations": {LEASE_ANNOTATION: None}}}, ns)
+            return
+        except KubeError as e:
+            if e.status != 409:
+                return  # it expires by itself
 
 
 async def latest_ready_snapshot(kube: Kube, ns: str, workspace: str) -> str | None:
@@ -108,6 +113,41 @@ async def latest_ready_snapshot(kube: Kube, ns: str, workspace: str) -> str | No
     return None
 
 
+# Reasons the kubelet puts in `containerStatuses[].state.waiting.reason` (Kubernetes
+# pkg/kubelet/container/sync_result.go and pkg/kubelet/images/types.go). A restore that crashes
+# (gke-labs/pod-migration issue 15: "OCI runtime restore failed ... vfs.CompleteRestore() failed",
+# then a permanent CrashLoopBackOff) shows up as the first group.
+START_FAILURES = ("CrashLoopBackOff", "RunContainerError", "CreateContainerError",
+                  "PreStartHookError", "PostStartHookError")
+IMAGE_FAILURES = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull",
+                  "RegistryUnavailable", "SignatureValidationFailed")
+CONFIG_FAILURES = ("CreateContainerConfigError",)
+# `lastState.terminated.reason` of a container the runtime could not start (containerd's CRI).
+START_ERROR = "StartError"
+
+
+def container_trouble(pod: dict) -> tuple[str, str] | None:
+    """("crashed" | "image" | "config", detail) from the kubelet's container statuses, or None."""
+    st = pod.get("status") or {}
+    for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        reason = waiting.get("reason") or ""
+        # The message of the failed start is on lastState.terminated (the runtime's error);
+        # waiting.message only says "back-off 10s restarting failed container".
+        detail = last.get("message") or waiting.get("message") or ""
+        text = f"{cs.get('name', 'container')}: {reason}" + (f": {detail}" if detail else "")
+        if reason in START_FAILURES:
+            return "crashed", text
+        if reason in IMAGE_FAILURES:
+            return "image", text
+        if reason in CONFIG_FAILURES:
+            return "config", text
+        if last.get("reason") == START_ERROR and not (cs.get("state") or {}).get("running"):
+            return "crashed", f"{cs.get('name', 'container')}: {START_ERROR}: {detail}"
+    return None
+
+
 def pod_state(pod: dict | None) -> tuple[str, str | None]:
     """What the pod is doing, as (state, reason)."""
     if pod is None:
@@ -116,11 +156,24 @@ def pod_state(pod: dict | None) -> tuple[str, str | None]:
     if meta.get("deletionTimestamp"):
         return "stopping", "the previous pod is terminating"
     sched = condition(pod, "PodScheduled")
+    gates = [g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or []]
+    # Pod scheduling readiness (KEP-3521): the scheduler reports PodScheduled=False with reason
+    # SchedulingGated (core/v1 PodReasonSchedulingGated) until every gate is removed.
+    if gates or (sched and sched.get("status") == "False"
+                 and sched.get("reason") == "SchedulingGated"):
+        return "gated", (f"scheduling gates not yet removed: {', '.join(g for g in gates if g)}"
+                         if gates else sched.get("message") or "scheduling gated")
     if sched and sched.get("status") == "False" and sched.get("reason") == "Unschedulable":
         return "waiting_for_capacity", sched.get("message") or "no node with free capacity"
     phase = st.get("phase")
     if phase == "Failed":
         return "failed", st.get("message") or st.get("reason") or "the pod failed"
+    trouble = container_trouble(pod) if phase in ("Pending", "Running") else None
+    if trouble is not None:
+        kind, detail = trouble
+        if kind == "crashed":
+            return "crashing", detail
+        return ("image_pull_failing" if kind == "image" else "config_error"), detail
     if phase == "Running" and is_true(pod, "Ready"):
         restored = condition(pod, "PodRestored")
         if restored is not None and restored.get("status") == "True":
@@ -155,6 +208,56 @@ async def _find_pod(kube: Kube, kind: str, ns: str, name: str, obj: dict) -> dic
         return (live or items or [None])[0]
     pod_name = f"{name}-0" if kind == "statefulset" else name
     return await kube.get_or_none(PODS, pod_name, ns)
+
+
+async def _restoring_snapshot(kube: Kube, ns: str, pod: dict) -> str | None:
+    """The snapshot GKE restores this pod from: its ps-name, else the workspace's newest."""
+    from .gke import workspace_key
+
+    pinned = (pod["metadata"].get("annotations") or {}).get(PS_NAME_ANNOTATION)
+    if pinned:
+        return pinned
+    key = workspace_key(pod)
+    return await latest_ready_snapshot(kube, ns, key[1]) if key else None
+
+
+async def _cold_restart(kube: Kube, kind: str, ns: str, name: str, pod: dict,
+                        say: Callable[[str, str | None], None], *, discard_wait: float) -> None:
+    """Delete the snapshot the crashing pod restores from (GKE would pick it again), then the
+    pod; a bare pod is re-created without ps-name, an owned one comes back through its owner."""
+    snap = await _restoring_snapshot(kube, ns, pod)
+    if snap:
+        await kube.delete(SNAPSHOTS, snap, ns)
+        deadline = time.monotonic() + discard_wait
+        delay = 0.1
+        # The finalizer removes the stored files first; a snapshot that still exists (even
+        # deleting) may still be chosen for the restore, so wait for it to be gone.
+        while await kube.get_or_none(SNAPSHOTS, snap, ns) is not None:
+            if time.monotonic() >= deadline:
+                say("restore_crashed", f"pod snapshot {snap} is still being deleted after "
+                    f"{discard_wait:.0f} s; starting the pod anyway")
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+    meta = pod["metadata"]
+    body = None
+    if kind == "pod":
+        body = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": meta["name"], "labels": meta.get("labels") or {},
+                             "annotations": {k: v for k, v in (meta.get("annotations") or {})
+                                             .items() if k not in (PS_NAME_ANNOTATION,
+                                                                   LEASE_ANNOTATION)}},
+                "spec": {k: v for k, v in pod["spec"].items() if k != "nodeName"}}
+    await kube.delete(PODS, meta["name"], ns, uid=meta["uid"])
+    if body is not None:
+        deadline = time.monotonic() + 120
+        while await kube.get_or_none(PODS, meta["name"], ns) is not None:
+            if time.monotonic() > deadline:
+                raise KubeError(f"the crashing pod {meta['name']} is not going away", 0)
+            await asyncio.sleep(0.2)
+        await kube.create(PODS, body, ns)
+    say("resuming", f"pod {meta['name']} re-created without the pod snapshot"
+        + (f" ({snap} deleted)" if snap else "") + "; it starts cold")
 
 
 async def _start(kube: Kube, kind: str, res: Res, ns: str, name: str, obj: dict,
@@ -201,12 +304,15 @@ async def resume_workspace(kube: Kube, namespace: str, workspace: str, *,
                            on_update: Callable[[dict], None] | None = None,
                            timeout: float = 3600.0, poll: float = 1.0,
                            restored_condition_wait: float = 30.0, lease_ttl: float = 900.0,
-                           holder: str | None = None) -> dict[str, Any]:
+                           holder: str | None = None,
+                           discard_wait: float = 120.0) -> dict[str, Any]:
     """Bring the workspace back and follow its pod until it is restored live or cold-started.
 
     Returns {"state", "reason", "pod", "node", "joined", "kind"}; `state` is one of
     restored_live | cold_started | started | failed, or "timeout" when `timeout` ran out (the
-    resume goes on in the cluster).
+    resume goes on in the cluster). A pod whose restore crashes (CrashLoopBackOff and the like)
+    is recreated once without its pod snapshot: it starts cold and the server in it restores
+    from the application checkpoint.
     """
     holder = holder or _holder()
     last: tuple[str, str | None] | None = None
@@ -239,11 +345,29 @@ async def resume_workspace(kube: Kube, namespace: str, workspace: str, *,
         deadline = time.monotonic() + timeout
         ready_since: float | None = None
         expected: bool | None = None
+        fell_back: str | None = None  # why the pod was recreated cold, once
         while True:
             pod = await _find_pod(kube, kind, namespace, workspace, obj)
             state, reason = pod_state(pod)
             info["pod"] = (pod or {}).get("metadata", {}).get("name")
             info["node"] = ((pod or {}).get("spec") or {}).get("nodeName")
+            if state == "crashing" and pod is not None:
+                if fell_back is None and (kind == "pod" or owned) and \
+                        await _restore_expected(kube, namespace, pod):
+                    # GKE has no cold-start fallback when the restore itself crashes
+                    # (gke-labs/pod-migration issue 15): drop the snapshot, start cold.
+                    say("restore_crashed", reason)
+                    fell_back = reason or "the restore crashed"
+                    await _cold_restart(kube, kind, namespace, workspace, pod, say,
+                                        discard_wait=discard_wait)
+                    ready_since, expected = None, False
+                    await asyncio.sleep(poll)
+                    continue
+                state, reason = "failed", f"the pod does not start: {reason}"
+            if state == "running" and fell_back is not None:
+                state, reason = "cold_started", (f"the restore crashed ({fell_back}); the pod "
+                                                 "was started without the pod snapshot and the "
+                                                 "server restores from the checkpoint")
             if state == "running":
                 # PodRestored can come a little after Ready; give it a moment when a restore
                 # was asked for (ps-name) or a Ready snapshot of this workspace exists.

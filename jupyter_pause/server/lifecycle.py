@@ -510,6 +510,14 @@ class Lifecycle:
         self._emit(event)
         return entry
 
+    async def _note(self, event: str, **fields: Any) -> dict[str, Any]:
+        """Like _record, in memory only: for the moments nothing may be written to disk."""
+        f = self.flight
+        entry = self._entry(event, f.id if f else None, f.kind if f else None, fields)
+        apply(self.state, entry)
+        self._emit(event)
+        return entry
+
     def record_event(self, event: str, **fields: Any) -> asyncio.Task:
         """Public: journal an event outside a flight (policy: auto_pause_announced/cancelled)."""
         return asyncio.ensure_future(self._record(event, flight=False, **fields))
@@ -700,19 +708,28 @@ class Lifecycle:
                 self._set_step("snapshotting", "Snapshotting the workspace")
                 snap = await self.backend.snapshot(ctx) or {}
                 ctx.snapshot = snap
-                await self._record("snapshot_ready", snapshot=snap.get("snapshot"),
-                                   backend=self.app.backend_name,
-                                   skipped=bool(snap.get("skipped")))
+                # The cluster stops this pod right after its snapshot (GKE postCheckpoint: stop,
+                # the rule for pods with a PVC): a write to the pod's volumes now would make the
+                # restore fail. The journal stays at "snapshotting" (checkpoint_written), which
+                # settles both ways: a restored copy of this process journals on from here, and
+                # a cold start's next server start counts the pause as done and restores the
+                # checkpoint (load()).
+                hold = bool(snap.get("hold_writes")) and not snap.get("woke_up")
+                record = self._note if hold else self._record
+                await record("snapshot_ready", snapshot=snap.get("snapshot"),
+                             backend=self.app.backend_name, skipped=bool(snap.get("skipped")))
+            else:
+                record = self._record
 
             step = "releasing"
             self._set_step("releasing", "Stopping the kernels" if stop
                            else "Releasing the accelerator")
             rel = await self.backend.release(ctx) or {}
-            await self._record("accelerator_released", accelerator=dict(self.app.accelerator),
-                               released=bool(rel.get("released", True)),
-                               stopped_kernels=rel.get("stopped_kernels", []))
+            await record("accelerator_released", accelerator=dict(self.app.accelerator),
+                         released=bool(rel.get("released", True)),
+                         stopped_kernels=rel.get("stopped_kernels", []))
             self.step = None
-            await self._record("paused")
+            await record("paused")
             metrics.PAUSE_DURATION.labels(self.app.backend_name).observe(time.monotonic() - t0)
             woke_up = bool(snap.get("woke_up") or rel.get("woke_up"))
         except asyncio.CancelledError:

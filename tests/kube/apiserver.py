@@ -5,7 +5,8 @@ grouped and cluster-scoped kinds, discovery, metadata (resourceVersion, uid, gen
 generateName), `kind: Status` errors, merge/JSON patch, label and field selectors, finalizers,
 status subresources and watches with history replay, `timeoutSeconds` and 410 Gone.
 Faults are switches on the server (`deny`, `fail_next`, `drop_watches_after`, `expire_watches`,
-`hide_group`), so a test can reproduce RBAC denials, flaky watches and outages.
+`hide_group`, `muted_watches`), so a test can reproduce RBAC denials, flaky watches and outages;
+`grant` gives one identity (a bearer token) exactly the verbs a Role binds to it.
 
 It runs in its own thread with its own event loop (`ApiServerThread`), so that blocking client
 calls made from a test's event loop or worker threads never deadlock with it.
@@ -192,6 +193,37 @@ def json_patch(doc: Any, ops: list[dict]) -> Any:
     return doc
 
 
+SA_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def _admit_service_account(pod: dict) -> None:
+    """What the ServiceAccount admission plugin does to every new pod (kubernetes
+    plugin/pkg/admission/serviceaccount/admission.go): default the account to "default" and,
+    unless automount is off or a mount at the token path exists, add the projected volume
+    `kube-api-access-<5 random chars>` (token, kube-root-ca.crt, namespace) and mount it read-only
+    in every container. The random suffix makes every pod's `spec.volumes` different."""
+    spec = pod.setdefault("spec", {})
+    spec.setdefault("serviceAccountName", "default")
+    if spec.get("automountServiceAccountToken") is False:
+        return
+    containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
+    if any(m.get("mountPath") == SA_MOUNT_PATH for c in containers
+           for m in c.get("volumeMounts") or []):
+        return
+    name = "kube-api-access-" + uuid.uuid4().hex[:5]
+    spec.setdefault("volumes", []).append({"name": name, "projected": {
+        "defaultMode": 420,
+        "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt",
+                           "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
+                "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}})
+    for c in containers:
+        c.setdefault("volumeMounts", []).append(
+            {"name": name, "readOnly": True, "mountPath": SA_MOUNT_PATH})
+
+
 class ApiError(Exception):
     def __init__(self, code: int, reason: str, message: str, details: dict | None = None):
         super().__init__(message)
@@ -230,10 +262,22 @@ class FakeApiServer:
         self.requests: list[tuple[str, str]] = []  # (verb, resource) for assertions
         # fault switches
         self.denied: set[tuple[str, str]] = set()  # (verb, plural) ; verb "*" = all
+        # Per-identity RBAC: token -> user, user -> the (verb, resource) it was granted. A user
+        # with no grants entry is an admin (the simulated cluster's own controllers).
+        self.tokens: dict[str, str] = {}
+        self.grants: dict[str, set[tuple[str, str]]] = {}
         self.failures: list[dict] = []
         self.drop_after: int | None = None
         self.hidden_groups: set[str] = set()
         self.max_watch_s = 60.0
+        # Watches of these plurals deliver nothing (a stream that stays silent, as through a
+        # stalled proxy, while the object changes): only a fresh list or get sees the change.
+        self.muted_watches: set[str] = set()
+        # Called on the server loop with (kind, object) after each create: a test observes the
+        # exact moment an object appears (as an admission webhook would).
+        self.on_create: list[Any] = []
+        # The ServiceAccount admission plugin is on in every real cluster.
+        self.service_account_admission = True
 
     # -- faults (call from any thread through ApiServerThread.call) --
     def deny(self, verb: str, plural: str) -> None:
@@ -276,20 +320,46 @@ class FakeApiServer:
         if len(self.history) > 5000:
             self.compacted = self.history[-4000][0]
             del self.history[:-4000]
+        if kind.plural in self.muted_watches:
+            return
         for w in self.watchers:
             if w.wants(kind, obj):
                 w.queue.put_nowait((etype, copy.deepcopy(obj)))
 
+    def user_of(self, request: web.Request) -> str:
+        """The caller, from its bearer token (the token authenticator). Unknown or no token:
+        `self.user`, which has every permission unless a deny switch or a grant limits it."""
+        auth = request.headers.get("Authorization", "")
+        token = auth[7:] if auth.startswith("Bearer ") else ""
+        return self.tokens.get(token, self.user)
+
+    def grant(self, user: str, token: str,
+              rules: dict[tuple[str, str], tuple[str, ...]]) -> None:
+        """Give `user` (who authenticates with `token`) exactly these (group, resource) -> verbs,
+        as a Role bound to that identity does; everything else is 403 for that user."""
+        self.tokens[token] = user
+        self.grants[user] = {(verb, res) for (_, res), verbs in rules.items() for verb in verbs}
+
+    def allowed_for(self, user: str, verb: str, resource: str) -> bool:
+        if (verb, resource) in self.denied or ("*", resource) in self.denied:
+            return False
+        rules = self.grants.get(user)
+        return rules is None or (verb, resource) in rules or ("*", resource) in rules
+
     def _check(self, verb: str, kind: Kind, ns: str | None, name: str | None = None,
-               sub: str | None = None) -> None:
+               sub: str | None = None, user: str | None = None) -> None:
         """RBAC-like: a subresource is its own resource ("workspaces/status"), as in RBAC."""
         resource = f"{kind.plural}/{sub}" if sub else kind.plural
         self.requests.append((verb, resource))
-        if (verb, resource) in self.denied or ("*", resource) in self.denied:
+        who = user or self.user
+        # Every authenticated user may ask what it may do (system:basic-user's
+        # selfsubjectaccessreviews create); only a global deny switch takes that away.
+        ssar = kind.kind == "SelfSubjectAccessReview" and (verb, resource) not in self.denied
+        if not ssar and not self.allowed_for(who, verb, resource):
             where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
             raise ApiError(403, "Forbidden",
                            f'{kind.resource}{" " + repr(name) if name else ""} is forbidden: '
-                           f'User "{self.user}" cannot {verb} resource "{resource}" in API '
+                           f'User "{who}" cannot {verb} resource "{resource}" in API '
                            f'group "{kind.group}"{where}',
                            {"kind": kind.plural, "group": kind.group, **({"name": name} if name
                                                                            else {})})
@@ -306,14 +376,14 @@ class FakeApiServer:
         return (verb, plural) not in self.denied and ("*", plural) not in self.denied
 
     # -- CRUD on the store (server loop only) --
-    def create(self, kind: Kind, ns: str | None, body: dict) -> dict:
+    def create(self, kind: Kind, ns: str | None, body: dict, user: str | None = None) -> dict:
         obj = copy.deepcopy(body)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         if kind.kind == "SelfSubjectAccessReview":  # not stored: answered from the deny switches
             ra = (obj.get("spec") or {}).get("resourceAttributes") or {}
-            ok = self.allowed(ra.get("verb", ""), ra.get("resource", ""))
+            ok = self.allowed_for(user or self.user, ra.get("verb", ""), ra.get("resource", ""))
             obj["status"] = {"allowed": ok, **({} if ok else {"reason": "denied by test"})}
             obj["apiVersion"], obj["kind"] = kind.gv, kind.kind
             return obj
@@ -338,10 +408,14 @@ class FakeApiServer:
         obj["apiVersion"], obj["kind"] = kind.gv, kind.kind
         if kind.kind == "Pod":
             obj.setdefault("status", {}).setdefault("phase", "Pending")
+            if self.service_account_admission:
+                _admit_service_account(obj)
         if kind.kind == "StatefulSet":
             obj["status"] = {"replicas": 0}
         self.store[kind][key] = obj
         self._emit(kind, "ADDED", obj)
+        for hook in self.on_create:
+            hook(kind, obj)
         return obj
 
     def get(self, kind: Kind, ns: str | None, name: str) -> dict:
@@ -503,25 +577,26 @@ class FakeApiServer:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         q = request.query
         m = request.method
+        user = self.user_of(request)
         if m == "GET" and name is None:
             if q.get("watch") in ("true", "1"):
-                self._check("watch", kind, ns)
+                self._check("watch", kind, ns, user=user)
                 return await self._watch(request, kind, ns)
-            self._check("list", kind, ns)
+            self._check("list", kind, ns, user=user)
             items = self.items(kind, ns, q.get("labelSelector"), q.get("fieldSelector"))
             return web.json_response({"kind": kind.kind + "List", "apiVersion": kind.gv,
                                       "metadata": {"resourceVersion": str(self.rv)},
                                       "items": items})
         if m == "GET":
-            self._check("get", kind, ns, name)
+            self._check("get", kind, ns, name, user=user)
             return web.json_response(self.get(kind, ns, name))
         if m == "POST" and name is None:
-            self._check("create", kind, ns)
+            self._check("create", kind, ns, user=user)
             body = await request.json()
-            obj = self.create(kind, ns, body)
+            obj = self.create(kind, ns, body, user=user)
             return web.json_response(obj, status=201)
         if m == "POST" and kind.plural == "pods" and sub == "binding":
-            self._check("create", kind, ns, name, sub)
+            self._check("create", kind, ns, name, sub, user=user)
             body = await request.json()
             pod = copy.deepcopy(self.get(kind, ns, name))
             if pod["spec"].get("nodeName"):
@@ -537,11 +612,11 @@ class FakeApiServer:
             return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Success",
                                       "code": 201}, status=201)
         if m == "PUT" and name:
-            self._check("update", kind, ns, name, sub)
+            self._check("update", kind, ns, name, sub, user=user)
             body = await request.json()
             return web.json_response(self.update(kind, ns, name, body, sub, check_rv=True))
         if m == "PATCH" and name:
-            self._check("patch", kind, ns, name, sub)
+            self._check("patch", kind, ns, name, sub, user=user)
             body = await request.json()
             old = self.get(kind, ns, name)
             ctype = request.headers.get("Content-Type", "")
@@ -555,7 +630,7 @@ class FakeApiServer:
                     new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
             return web.json_response(self.update(kind, ns, name, new, sub, check_rv=check))
         if m == "DELETE" and name:
-            self._check("delete", kind, ns, name)
+            self._check("delete", kind, ns, name, user=user)
             body = (await request.json()) if request.can_read_body else {}
             want_uid = ((body or {}).get("preconditions") or {}).get("uid")
             if want_uid and self.get(kind, ns, name)["metadata"]["uid"] != want_uid:
@@ -564,7 +639,7 @@ class FakeApiServer:
                                f"{self.get(kind, ns, name)['metadata']['uid']}")
             return web.json_response(self.delete(kind, ns, name))
         if m == "DELETE":
-            self._check("deletecollection", kind, ns)
+            self._check("deletecollection", kind, ns, user=user)
             for obj in self.items(kind, ns, q.get("labelSelector"), q.get("fieldSelector")):
                 self.delete(kind, ns, obj["metadata"]["name"])
             return web.json_response({"kind": kind.kind + "List", "apiVersion": kind.gv,
@@ -587,7 +662,8 @@ class FakeApiServer:
                     410, "Expired", f"too old resource version: {rv} ({self.compacted})").status()))
             else:
                 backlog += [(t, o) for (r, k, t, o) in self.history
-                            if r > int(rv) and w.wants(k, o)]
+                            if r > int(rv) and w.wants(k, o)
+                            and k.plural not in self.muted_watches]
         else:
             backlog += [("ADDED", o) for o in self.items(kind, ns, w.labels, w.fields)]
         self.watchers.append(w)

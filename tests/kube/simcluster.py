@@ -8,8 +8,12 @@ so the same simulation drives both test tiers. Every fault the product must surv
 - `trigger_outcome`: "complete" | "failed" | "error"; `upload_outcome`: "ready" | "failed" | "hang";
   `upload_s`: seconds a snapshot stays AwaitingCheckpoint.
 - `restore_mode`: "auto" (PodRestored=True when the node's GPU model and the distilled pod spec match
-  the snapshot's, silent cold start otherwise, as GKE does) | "fail" (PodRestored=False).
+  the snapshot's; otherwise a cold start with GKE's Warning event) | "fail" (PodRestored=False) |
+  "crash" (the restore itself crashes: CrashLoopBackOff, as in gke-labs/pod-migration issue 15) |
+  "skip" (GKE skips a matching restore, e.g. a newer node version: pod-migration issue 13).
+- `image_pull_fails`: containers wait in ImagePullBackOff.
 - `stuck_deleting`: snapshots keep their finalizer.
+- Pods with `spec.schedulingGates` stay PodScheduled=False/SchedulingGated.
 """
 
 from __future__ import annotations
@@ -60,13 +64,29 @@ def set_cond(conds: list[dict], c: dict) -> list[dict]:
     return [x for x in conds if x.get("type") != c["type"]] + [c]
 
 
+SA_TOKEN_PREFIX = "kube-api-access-"
+
+
 def spec_hash(pod: dict) -> str:
-    """GKE's distilled pod spec, simulated: what the containers run and mount."""
+    """GKE's distilled pod spec, simulated: what the containers run and mount. The per-pod
+    service-account token volume is left out: its name is random per pod (ServiceAccount
+    admission), and restores work on real clusters, so GKE cannot be hashing it."""
     spec = pod.get("spec") or {}
-    data = [{k: c.get(k) for k in ("image", "command", "args", "workingDir", "volumeMounts")}
+    data = [{k: c.get(k) for k in ("image", "command", "args", "workingDir")} |
+            {"volumeMounts": [m for m in c.get("volumeMounts") or []
+                              if not m.get("name", "").startswith(SA_TOKEN_PREFIX)]}
             for c in spec.get("containers") or []]
-    return hashlib.sha256(json.dumps([data, spec.get("volumes")], sort_keys=True).encode()
+    volumes = [v for v in spec.get("volumes") or [] if not v["name"].startswith(SA_TOKEN_PREFIX)]
+    return hashlib.sha256(json.dumps([data, volumes], sort_keys=True).encode()
                           ).hexdigest()[:12]
+
+
+def _cname(pod: dict) -> str:
+    return ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", "main")
+
+
+def _image(pod: dict) -> str:
+    return ((pod.get("spec") or {}).get("containers") or [{}])[0].get("image", "")
 
 
 def selector_match(sel: dict, labels: dict) -> bool:
@@ -98,6 +118,8 @@ class SimCluster:
         self.restore_mode = "auto"
         self.stuck_deleting = False
         self.restored_delay = 0.0  # PodRestored comes this long after the pod is Running
+        self.image_pull_fails = False
+        self.cold_start_events = True  # GKE's Warning event when it skips a restore
         self._pending_restored: dict[str, tuple[float, dict]] = {}
         self.snapshots_created = 0
         self.restores: list[tuple[str, str]] = []  # (pod, snapshot) restored live
@@ -245,22 +267,30 @@ class SimCluster:
             self.custom.patch_namespaced_custom_object(KF, KFV, self.ns, "workspaces", name, body,
                                                        _content_type="application/merge-patch+json")
 
+        # reconcileWorkspace (reconcile.go) ensures the policy (policyNameFor: ws-<name>-policy)
+        # on every pass of an enabled Workspace, before any pause.
+        policy = {"apiVersion": f"{G}/{V}", "kind": "PodSnapshotPolicy",
+                  "metadata": {"name": f"ws-{name}-policy"},
+                  "spec": {"selector": {"matchLabels": {WS_LABEL: name}},
+                           "storageConfigName": "kubeflow-pod-snapshot-storage-config",
+                           "triggerConfig": {"type": "manual", "postCheckpoint": "stop"},
+                           "retentionConfig": {"lastAccessTimeout": "7d"}}}
+        try:
+            self.custom.create_namespaced_custom_object(G, V, self.ns, "podsnapshotpolicies",
+                                                        policy)
+        except ApiException as e:
+            if e.status != 409:
+                raise
         if paused and running and state not in ("Checkpointing", "Ready"):
             # the webhook: hold the pod, start checkpointing
             patch({"spec": {"paused": False}, "metadata": {"annotations": {
                 GKW + "checkpoint-state": "Checkpointing",
                 GKW + "checkpoint-started-at": now_iso()}}})
-            policy = {"apiVersion": f"{G}/{V}", "kind": "PodSnapshotPolicy",
-                      "metadata": {"name": f"ws-{name}-policy"},
-                      "spec": {"selector": {"matchLabels": {WS_LABEL: name}},
-                               "storageConfigName": "kubeflow-pod-snapshot-storage-config",
-                               "triggerConfig": {"type": "manual", "postCheckpoint": "stop"},
-                               "retentionConfig": {"lastAccessTimeout": "7d"}}}
-            for plural, body in (("podsnapshotpolicies", policy), (
+            for plural, body in ((
                     "podsnapshotmanualtriggers", {
                         "apiVersion": f"{G}/{V}", "kind": "PodSnapshotManualTrigger",
                         "metadata": {"name": f"ws-{name}-trigger"},
-                        "spec": {"targetPod": f"ws-{name}-0"}})):
+                        "spec": {"targetPod": f"ws-{name}-0"}}),):
                 try:
                     self.custom.create_namespaced_custom_object(G, V, self.ns, plural, body)
                 except ApiException as e:
@@ -316,10 +346,14 @@ class SimCluster:
                     try:
                         wso = self.custom.get_namespaced_custom_object(KF, KFV, self.ns,
                                                                        "workspaces", ws)
-                        last = (wso["metadata"].get("annotations") or {}).get(
-                            "podsnapshot.gke.kubeflow.org/last-checkpoint-name")
+                        wann = wso["metadata"].get("annotations") or {}
+                        last = wann.get("podsnapshot.gke.kubeflow.org/last-checkpoint-name")
                         if last:
                             meta.setdefault("annotations", {})[PS_NAME] = last
+                        if wann.get(GKW + "enabled") == "true":
+                            # and adds its readiness gate (snapshot.go ReadinessGateConditionType)
+                            tmpl.setdefault("spec", {}).setdefault("readinessGates", []).append(
+                                {"conditionType": GKW + "active"})
                     except ApiException:
                         pass
                 tmpl["metadata"] = meta
@@ -338,6 +372,15 @@ class SimCluster:
         for p in pods:
             spec = p.get("spec") or {}
             if spec.get("nodeName") or p["metadata"].get("deletionTimestamp"):
+                continue
+            if spec.get("schedulingGates"):
+                # kube-scheduler's SchedulingGates plugin: core/v1 PodReasonSchedulingGated.
+                c = cond(p, "PodScheduled")
+                if not c or c.get("reason") != "SchedulingGated":
+                    self.patch_pod_status(p["metadata"]["name"], {"conditions": set_cond(
+                        (p.get("status") or {}).get("conditions") or [],
+                        mkcond("PodScheduled", "False", "SchedulingGated",
+                               "Scheduling is blocked due to non-empty scheduling gates"))})
                 continue
             need = gpu_request(p)
             want_model = (spec.get("nodeSelector") or {}).get("cloud.google.com/gke-accelerator")
@@ -395,14 +438,35 @@ class SimCluster:
                 continue
             if not spec.get("nodeName") or st.get("phase") != "Pending":
                 continue
+            if any((cs.get("state") or {}).get("waiting") for cs in
+                   st.get("containerStatuses") or []):
+                continue  # reported already; the kubelet keeps backing off
             conds = st.get("conditions") or []
             snap = self.snapshot_for(p)
+            if self.image_pull_fails:
+                self._container_waiting(p, conds, "ImagePullBackOff",
+                                        f'Back-off pulling image "{_image(p)}"', None)
+                continue
+            if snap is not None and self.restore_mode == "crash":
+                self._container_waiting(
+                    p, conds, "CrashLoopBackOff",
+                    f"back-off 10s restarting failed container={_cname(p)} pod={name}_{self.ns}"
+                    f"({meta['uid']})",
+                    {"exitCode": 128, "reason": "StartError",
+                     "message": "failed to create containerd task: failed to start shim task: "
+                     "OCI runtime restore failed: starting container: failed to load kernel: "
+                     "vfs.CompleteRestore() failed: failed to complete restore for filesystem "
+                     'type "9p": failed to walk "journal.jsonl" of type 0100000 in mount '
+                     '"main:/home/jovyan": no such file or directory',
+                     "startedAt": "1970-01-01T00:00:00Z", "finishedAt": now_iso()})
+                continue
             if snap is not None:
                 sann = snap["metadata"].get("annotations") or {}
                 if self.restore_mode == "fail":
                     conds = set_cond(conds, mkcond("PodRestored", "False", "RestoreFailed",
                                                    "restore failed: driver mismatch"))
-                elif (sann.get(SIM + "gpu-model") == self.node_model(spec["nodeName"])
+                elif (self.restore_mode != "skip"
+                      and sann.get(SIM + "gpu-model") == self.node_model(spec["nodeName"])
                       and sann.get(SIM + "spec-hash") == spec_hash(p)):
                     sname = snap["metadata"]["name"]
                     restored = mkcond("PodRestored", "True", "Restored",
@@ -415,12 +479,56 @@ class SimCluster:
                     self.restores.append((name, sname))
                     self.patch_cr_status("podsnapshots", sname, {
                         **(snap.get("status") or {}), "lastAccessTime": now_iso()})
-                # else: GKE cold-starts silently, no condition at all
+                elif self.cold_start_events:
+                    # No PodRestored condition; the only API signal is this Warning event
+                    # (gke-labs/pod-migration issue 13 quotes reason GKEPodSnapshotting and
+                    # "falling back to a cold start of pod: ..."; the rest of the text is ours).
+                    self.warn(p, "GKEPodSnapshotting",
+                              f"snapshot {snap['metadata']['name']} cannot be restored on "
+                              f"this node; falling back to a cold start of pod: "
+                              f"{self.ns}/{name}")
             for ctype in ("Initialized", "ContainersReady", "Ready"):
                 conds = set_cond(conds, mkcond(ctype, "True"))
             self.patch_pod_status(name, {"phase": "Running", "conditions": conds,
-                                         "startTime": now_iso()})
+                                         "startTime": now_iso(),
+                                         "containerStatuses": [{
+                                             "name": c["name"], "image": c.get("image", ""),
+                                             "imageID": "", "ready": True, "restartCount": 0,
+                                             "started": True,
+                                             "state": {"running": {"startedAt": now_iso()}}}
+                                             for c in spec.get("containers") or []]})
             self.log.append(f"started {name} restore={'yes' if snap else 'no'}")
+
+    def _container_waiting(self, pod: dict, conds: list[dict], reason: str, message: str,
+                           last: dict | None) -> None:
+        """A container the kubelet cannot get running, as the kubelet reports it: phase Running
+        (CrashLoopBackOff) or Pending (image), Ready=False/ContainersNotReady, and
+        containerStatuses[].state.waiting (core/v1 ContainerStatus; reasons from kubelet
+        pkg/kubelet/container/sync_result.go, pkg/kubelet/images/types.go)."""
+        started = last is not None
+        msg = f"containers with unready status: [{_cname(pod)}]"
+        for ctype in ("ContainersReady", "Ready"):
+            conds = set_cond(conds, mkcond(ctype, "False", "ContainersNotReady", msg))
+        conds = set_cond(conds, mkcond("Initialized", "True"))
+        status = {"name": _cname(pod), "image": _image(pod), "imageID": "", "ready": False,
+                  "started": False, "restartCount": 3 if started else 0,
+                  "state": {"waiting": {"reason": reason, "message": message}}}
+        if last:
+            status["lastState"] = {"terminated": last}
+        self.patch_pod_status(pod["metadata"]["name"], {
+            "phase": "Running" if started else "Pending", "conditions": conds,
+            "startTime": now_iso(), "containerStatuses": [status]})
+        self.log.append(f"{pod['metadata']['name']} {reason}")
+
+    def warn(self, pod: dict, reason: str, message: str) -> None:
+        """A core/v1 Event of type Warning about the pod, as `kubectl describe pod` shows it."""
+        meta = pod["metadata"]
+        self.core.create_namespaced_event(self.ns, {
+            "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}"},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                               "namespace": self.ns, "uid": meta["uid"]},
+            "reason": reason, "message": message, "type": "Warning", "count": 1,
+            "firstTimestamp": now_iso(), "lastTimestamp": now_iso()}, _preload_content=False)
 
     def snapshot_for(self, pod: dict) -> dict | None:
         """The snapshot GKE would restore: ps-name, else the newest Ready one of a policy."""

@@ -48,7 +48,15 @@ async def test_doctor_all_ok(tmp_path, apiserver, admin, sim):
     config = Config({"KernelManager": {"transport": "ipc"}})
     checks = await run_checks(Kube(admin), pod_name="nb", namespace=NS, config=config,
                               config_files=[str(cfg_file)])
+    # The one gap: no policy selects the pod until the server's first start sets it up.
+    assert [(c.name, c.status) for c in checks if c.status != "ok"] == [("snapshot policy",
+                                                                        "warn")]
+    await backend(Kube(admin).api_client, "nb").describe()  # the server starts
+    checks = await run_checks(Kube(admin), pod_name="nb", namespace=NS, config=config,
+                              config_files=[str(cfg_file)])
     assert [c.name for c in checks if c.status != "ok"] == []
+    (pol,) = [c for c in checks if c.name == "snapshot policy"]
+    assert pol.detail == "jp-nb selects this pod (manual, postCheckpoint: stop)"
     names = {c.name for c in checks}
     assert {"runtime class", "kernel transport", "server selector", "storage config",
             "crds podsnapshot.gke.io", "rbac podsnapshotmanualtriggers.podsnapshot.gke.io",
@@ -123,3 +131,25 @@ def test_cli_resume_forbidden_is_one_line(tmp_path, apiserver, sim, capsys):
     err = capsys.readouterr().err.strip()
     assert rc == 1 and len(err.splitlines()) == 1
     assert "forbidden" in err and "Traceback" not in err
+
+
+async def test_doctor_policy_that_does_not_select_or_resumes_with_a_pvc(apiserver, admin, sim):
+    body = notebook_pod("nb")
+    body["spec"]["volumes"] = [{"name": "home", "persistentVolumeClaim": {"claimName": "home"}}]
+    start_pod(sim, body)
+    policy = {"apiVersion": "podsnapshot.gke.io/v1", "kind": "PodSnapshotPolicy",
+              "metadata": {"name": "jp-nb"},
+              "spec": {"selector": {"matchLabels": {"jupyter-pause.io/workspace": "other"}},
+                       "storageConfigName": "jupyter-pause-snapshots",
+                       "triggerConfig": {"type": "manual", "postCheckpoint": "resume"}}}
+    sim.custom.create_namespaced_custom_object("podsnapshot.gke.io", "v1", NS,
+                                               "podsnapshotpolicies", policy)
+    checks = await run_checks(Kube(admin), pod_name="nb", namespace=NS, config=Config())
+    (c,) = [c for c in checks if c.name == "snapshot policy"]
+    assert (c.status, c.detail) == ("missing", "jp-nb does not select this pod")
+    sim.custom.patch_namespaced_custom_object(
+        "podsnapshot.gke.io", "v1", NS, "podsnapshotpolicies", "jp-nb",
+        {"spec": {"selector": {"matchLabels": {"jupyter-pause.io/workspace": "nb"}}}})
+    checks = await run_checks(Kube(admin), pod_name="nb", namespace=NS, config=Config())
+    (c,) = [c for c in checks if c.name == "snapshot policy"]
+    assert c.status == "missing" and "postCheckpoint: resume" in c.detail and "PVC" in c.detail

@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from jupyter_pause.cluster.kube import (
+    KUBEFLOW_CLUSTER_PERMISSIONS,
     NOTEBOOK_CLUSTER_PERMISSIONS,
     NOTEBOOK_PERMISSIONS,
     RESUMER_PERMISSIONS,
@@ -34,11 +35,23 @@ def norm(perms: dict) -> dict:
 
 def test_notebook_role_grants_exactly_what_the_code_uses():
     by_kind = {d["kind"]: d for d in docs("rbac.yaml")}
-    assert rules(by_kind["Role"]) == norm(NOTEBOOK_PERMISSIONS)
-    assert rules(by_kind["ClusterRole"]) == norm(NOTEBOOK_CLUSTER_PERMISSIONS)
-    sub = by_kind["RoleBinding"]["subjects"][0]
+    roles = {d["metadata"]["name"]: d for d in docs("rbac.yaml") if d["kind"] == "ClusterRole"}
+    assert rules(roles["jupyter-pause-notebook"]) == norm(NOTEBOOK_PERMISSIONS)
+    assert rules(roles["jupyter-pause-cluster-reader"]) == norm(
+        {**NOTEBOOK_CLUSTER_PERMISSIONS, **KUBEFLOW_CLUSTER_PERMISSIONS})
+    rb = by_kind["RoleBinding"]
+    assert rb["roleRef"]["name"] == "jupyter-pause-notebook"
+    sub = rb["subjects"][0]
     assert sub["kind"] == "ServiceAccount" and sub["name"] == by_kind["ServiceAccount"][
         "metadata"]["name"]
+    # Kubeflow binds the kind's clusterRoles to each Workspace's own account (ws-<name>)
+    (wsk,) = docs("workspacekind.yaml")
+    assert [r["name"] for r in wsk["spec"]["podTemplate"]["serviceAccount"]["clusterRoles"]] == [
+        "jupyter-pause-notebook"]
+    crb = by_kind["ClusterRoleBinding"]
+    assert crb["roleRef"]["name"] == "jupyter-pause-cluster-reader"
+    assert {"kind": "Group", "name": "system:serviceaccounts:user-ns",
+            "apiGroup": "rbac.authorization.k8s.io"} in crb["subjects"]
     granted = {v for vs in NOTEBOOK_PERMISSIONS.values() for v in vs}
     assert "*" not in granted and "escalate" not in granted and "bind" not in granted
     assert "delete" not in NOTEBOOK_PERMISSIONS[("", "pods")]
@@ -69,6 +82,43 @@ def test_crds_have_the_reference_shapes():
     assert kf["WorkspaceKind"]["spec"]["scope"] == "Cluster"
     ws = kf["Workspace"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert ws["properties"]["spec"]["properties"]["paused"]["type"] == "boolean"
+    # upstream's schema, not a stub: required fields as in kubeflow/notebooks notebooks-v2
+    wsk = kf["WorkspaceKind"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    spawner = wsk["properties"]["spec"]["properties"]["spawner"]
+    assert {"icon", "logo", "displayName", "description"} <= set(spawner["required"])
+    assert "required" in ws["properties"]["spec"] and "podTemplate" in ws["properties"]["spec"][
+        "required"]
+    assert "x-kubernetes-preserve-unknown-fields" not in wsk["properties"]["spec"]
+
+
+def kind_schema(*path: str) -> dict:
+    crds = {d["spec"]["names"]["kind"]: d for d in docs("crds/kubeflow.org.yaml")}
+    node = crds["WorkspaceKind"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for p in path:
+        node = node["properties"][p]
+    return node
+
+
+def test_culling_settings_work_with_the_extension():
+    """Kubeflow's culler (activityRules) pauses only on a fresh, successful activityProbe; the
+    jupyter probe must name a port of the kind (kubeflow/notebooks notebooks-v2
+    workspacekind_types.go ActivityProbeJupyter, helper/probe.go RunJupyterProbe)."""
+    (wsk,) = docs("workspacekind.yaml")
+    spec, tmpl = wsk["spec"], wsk["spec"]["podTemplate"]
+    assert any(r["effect"].get("pauseWorkspace") for r in spec["activityRules"])
+    probe = tmpl["activityProbe"]
+    assert probe["jupyter"]["lastActivity"] is True
+    assert probe["jupyter"]["portId"] in {p["id"] for p in tmpl["ports"]}
+    assert probe["minProbeIntervalSeconds"] <= probe["probeIntervalSeconds"]
+    for rule in spec["activityRules"]:
+        # never cull a Workspace faster than the probe can see it (a pause is decided at probe time)
+        assert rule["config"]["secondsSinceActive"] >= probe["probeIntervalSeconds"]
+    # the pod's grace period cannot be set through a WorkspaceKind (no such field), so the
+    # shutdown checkpoint has Kubernetes' default 30 s: its budget must leave the kernels time
+    assert "terminationGracePeriodSeconds" not in kind_schema("spec", "podTemplate")["properties"]
+    from jupyter_pause.server.app import PauseApp
+
+    assert PauseApp.shutdown_checkpoint_budget.default_value < 30
 
 
 def test_server_config_is_snapshot_ready():

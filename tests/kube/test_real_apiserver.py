@@ -4,8 +4,11 @@ tests/kube/scripts/run.sh starts it with an admin, the notebook's service-accoun
 user "resumer". The shipped CRDs, examples/kubernetes/rbac.yaml and resumer-rbac.yaml (bound to
 "resumer") are applied with the admin credentials; the backend then runs with the NOTEBOOK
 credentials and `jupyter pause resume --namespace` with the RESUMER ones, so these tests prove that
-each shipped Role lets its holder do its job and denies it what it does not need. The simulated cluster (admin)
-plays scheduler, kubelet, StatefulSet/Workspace controllers and the GKE snapshot agent.
+each shipped Role lets its holder do its job and denies it what it does not need. A Kubeflow
+Workspace's own identity (ServiceAccount "ws-<name>", bound the way the Kubeflow controller binds the
+WorkspaceKind's clusterRoles) is used through the admin's impersonation. The Kubeflow CRDs are
+upstream's (crds/kubeflow.org.yaml). The simulated cluster (admin) plays scheduler, kubelet,
+StatefulSet/Workspace controllers and the GKE snapshot agent.
 
 Build the binary with tests/kube/scripts/build.sh (cached in ~/.cache/kube-apiserver-1.20.2) and
 install etcd; set KUBE_APISERVER_BIN to use another binary.
@@ -14,6 +17,8 @@ install etcd; set KUBE_APISERVER_BIN to use another binary.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
 import shutil
 import signal
@@ -28,11 +33,16 @@ from kubernetes.client.rest import ApiException
 
 from jupyter_pause.cluster.doctor import run_checks
 from jupyter_pause.cluster.gke import GKEBackend
-from jupyter_pause.cluster.kube import NOTEBOOK_PERMISSIONS, RESUMER_PERMISSIONS, Kube
+from jupyter_pause.cluster.kube import (
+    KUBEFLOW_CLUSTER_PERMISSIONS,
+    NOTEBOOK_CLUSTER_PERMISSIONS,
+    NOTEBOOK_PERMISSIONS,
+    RESUMER_PERMISSIONS,
+    Kube,
+)
 from jupyter_pause.cluster.resume import resume_workspace
 
-from .conftest import NS, Recorder, notebook_pod, pause_ctx, resume_ctx
-from .simcluster import SimCluster
+from .conftest import NS, KubeflowSim, Recorder, notebook_pod, pause_ctx, resume_ctx, workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "kubernetes"
@@ -106,7 +116,8 @@ def cluster(tmp_path_factory):
                 kinds = {r.kind for r in custom.get_api_resources("podsnapshot.gke.io", "v1")
                          .resources} | {r.kind for r in custom.get_api_resources(
                              "kubeflow.org", "v1beta1").resources}
-                if {"PodSnapshot", "PodSnapshotManualTrigger", "Workspace"} <= kinds:
+                if {"PodSnapshot", "PodSnapshotManualTrigger", "Workspace",
+                        "WorkspaceKind"} <= kinds:
                     break
             except ApiException:
                 pass
@@ -152,7 +163,8 @@ def _stop(pids: list[int]) -> None:
 
 @pytest.fixture
 def sim(cluster):
-    s = SimCluster(cluster["admin"], NS, nodes={"gpu-l4-a": ("nvidia-l4", 1)}, tick=0.1).start()
+    # KubeflowSim: a SimCluster whose Workspace status is complete (the real CRD requires it)
+    s = KubeflowSim(cluster["admin"], NS, nodes={"gpu-l4-a": ("nvidia-l4", 1)}, tick=0.1).start()
     yield s
     s.stop()
     # leave the namespace empty for the next test
@@ -175,6 +187,14 @@ def sim(cluster):
                                                    o["metadata"]["name"])
     for p in core.list_namespaced_pod(NS, _preload_content=False).json()["items"]:
         core.delete_namespaced_pod(p["metadata"]["name"], NS, grace_period_seconds=0)
+    for k in custom.list_cluster_custom_object("kubeflow.org", "v1beta1", "workspacekinds")["items"]:
+        custom.delete_cluster_custom_object("kubeflow.org", "v1beta1", "workspacekinds",
+                                            k["metadata"]["name"])
+    rbac = client.RbacAuthorizationV1Api(cluster["admin"])
+    for rb in rbac.list_namespaced_role_binding(NS, label_selector=WS_LABEL).items:
+        rbac.delete_namespaced_role_binding(rb.metadata.name, NS)
+    for sa in core.list_namespaced_service_account(NS, label_selector=WS_LABEL).items:
+        core.delete_namespaced_service_account(sa.metadata.name, NS)
     assert not s.errors, s.errors
 
 
@@ -236,7 +256,7 @@ async def test_resumer_role_grants_what_resume_uses_and_nothing_else(cluster, si
             assert allowed, (verb, resource, why)
     for verb, group, resource in (("get", "", "secrets"), ("delete", "apps", "statefulsets"),
                                   ("patch", "", "pods"), ("deletecollection", "", "pods"),
-                                  ("delete", "podsnapshot.gke.io", "podsnapshots"),
+                                  ("create", "podsnapshot.gke.io", "podsnapshots"),
                                   ("create", "podsnapshot.gke.io", "podsnapshotmanualtriggers")):
         allowed, _ = await kube.access_review(verb, Res(group, "v1", resource), NS)
         assert not allowed, (verb, resource)
@@ -289,6 +309,9 @@ async def test_doctor_with_notebook_identity(cluster, sim):
     await asyncio.to_thread(sim.wait, lambda: sim.pods(), 20, "pod")
     from traitlets.config import Config
 
+    # the server creates the snapshot policy when it starts, with the notebook's identity
+    await GKEBackend(api_client=cluster["notebook"], pod_name="nb", namespace=NS).ensure_policy()
+
     checks = await run_checks(Kube(cluster["notebook"]), pod_name="nb", namespace=NS,
                               config=Config({"KernelManager": {"transport": "ipc"}}),
                               config_files=[str(EXAMPLES / "jupyter-server-config.yaml")])
@@ -301,9 +324,8 @@ async def test_kubeflow_pause_and_two_concurrent_resumes(cluster, sim):
     lease relies on the real apiserver's resourceVersion precondition on merge patches)."""
     from jupyter_pause.cluster.kubeflow import KubeflowBackend
 
-    sim.custom.create_namespaced_custom_object("kubeflow.org", "v1beta1", NS, "workspaces", {
-        "apiVersion": "kubeflow.org/v1beta1", "kind": "Workspace",
-        "metadata": {"name": "ws1"}, "spec": {"paused": False, "kind": "jupyterlab"}})
+    sim.custom.create_namespaced_custom_object("kubeflow.org", "v1beta1", NS, "workspaces",
+                                               workspace("ws1"))
     await asyncio.to_thread(sim.wait, lambda: any(
         p["status"].get("phase") == "Running" for p in sim.pods()), 20, "ws-ws1-0 running")
     rec = Recorder()
@@ -324,35 +346,170 @@ async def test_kubeflow_pause_and_two_concurrent_resumes(cluster, sim):
     assert len(sim.restores) == 1
 
 
-def test_example_manifests_are_accepted(cluster):
-    """Every shipped example passes the real apiserver's validation (server-side dry run)."""
-    api = cluster["admin"]
+WS_LABEL = "notebooks.kubeflow.org/workspace-name"
+EXAMPLE_FILES = ("snapshot-storage.yaml", "jupyter-server-config.yaml", "notebook-statefulset.yaml",
+                 "workspacekind.yaml", "rbac.yaml", "resumer-rbac.yaml")
+
+
+def dropped(sent: object, got: object, path: str = "") -> list[str]:
+    """Where `got` (read back) lost or changed what `sent` had; fields the server added (defaults,
+    metadata) are fine. A field the schema does not know is pruned and shows up here."""
+    if isinstance(sent, dict):
+        if not isinstance(got, dict):
+            return [f"{path}: {got!r}"]
+        return [d for k, v in sent.items()
+                for d in (dropped(v, got[k], f"{path}.{k}") if k in got else [f"{path}.{k}"])]
+    if isinstance(sent, list):
+        if not isinstance(got, list) or len(got) != len(sent):
+            return [f"{path}: {got!r}"]
+        return [d for i, (a, b) in enumerate(zip(sent, got)) for d in dropped(a, b, f"{path}[{i}]")]
+    return [] if sent == got else [f"{path}: sent {sent!r}, read back {got!r}"]
+
+
+def create_dry_run(api: client.ApiClient, doc: dict) -> dict:
+    """`kubectl create --dry-run=server -f`: the apiserver's full admission, validation, defaulting
+    and pruning, nothing stored; returns the object as it would be stored."""
+    kind, ns = doc["kind"], doc["metadata"].get("namespace")
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     rbac, custom = client.RbacAuthorizationV1Api(api), client.CustomObjectsApi(api)
-    seen = []
-    for name in ("snapshot-storage.yaml", "jupyter-server-config.yaml",
-                 "notebook-statefulset.yaml", "workspacekind.yaml", "resumer-rbac.yaml"):
+    kw = {"dry_run": "All", "_preload_content": False}
+    typed = {"ConfigMap": (core.create_namespaced_config_map, True),
+             "ServiceAccount": (core.create_namespaced_service_account, True),
+             "StatefulSet": (apps.create_namespaced_stateful_set, True),
+             "Role": (rbac.create_namespaced_role, True),
+             "RoleBinding": (rbac.create_namespaced_role_binding, True),
+             "ClusterRole": (rbac.create_cluster_role, False),
+             "ClusterRoleBinding": (rbac.create_cluster_role_binding, False)}
+    if kind in typed:
+        fn, namespaced = typed[kind]
+        resp = fn(ns, doc, **kw) if namespaced else fn(doc, **kw)
+    else:
+        group, version = doc["apiVersion"].split("/")
+        plural = {"PodSnapshotStorageConfig": "podsnapshotstorageconfigs",
+                  "PodSnapshotPolicy": "podsnapshotpolicies",
+                  "WorkspaceKind": "workspacekinds"}[kind]
+        resp = (custom.create_namespaced_custom_object(group, version, ns, plural, doc, **kw)
+                if ns else custom.create_cluster_custom_object(group, version, plural, doc, **kw))
+    return json.loads(resp.data)
+
+
+def test_example_manifests_are_accepted_with_no_field_pruned(cluster):
+    """Every shipped example passes the real apiserver's validation against the real CRD schemas
+    (crds/kubeflow.org.yaml is kubeflow/notebooks notebooks-v2's), and reads back with every field
+    it sent: a field the schema does not have would be silently pruned, i.e. never take effect."""
+    seen, problems = [], {}
+    for name in EXAMPLE_FILES:
         for doc in yaml.safe_load_all((EXAMPLES / name).read_text()):
-            kind, ns = doc["kind"], doc["metadata"].get("namespace")
+            if not doc:
+                continue
             doc["metadata"]["name"] += "-check"  # never collide with what the fixture made
-            if kind == "ConfigMap":
-                core.create_namespaced_config_map(ns, doc, dry_run="All")
-            elif kind == "StatefulSet":
-                apps.create_namespaced_stateful_set(ns, doc, dry_run="All",
-                                                    _preload_content=False)
-            elif kind == "Role":
-                rbac.create_namespaced_role(ns, doc, dry_run="All")
-            else:
-                group, version = doc["apiVersion"].split("/")
-                plural = {"PodSnapshotStorageConfig": "podsnapshotstorageconfigs",
-                          "PodSnapshotPolicy": "podsnapshotpolicies",
-                          "WorkspaceKind": "workspacekinds"}[kind]
-                if ns:
-                    custom.create_namespaced_custom_object(group, version, ns, plural, doc,
-                                                           dry_run="All")
-                else:
-                    custom.create_cluster_custom_object(group, version, plural, doc,
-                                                        dry_run="All")
-            seen.append(kind)
-    assert sorted(seen) == ["ConfigMap", "PodSnapshotPolicy", "PodSnapshotStorageConfig", "Role",
-                            "StatefulSet", "WorkspaceKind"]
+            try:
+                got = create_dry_run(cluster["admin"], doc)
+            except ApiException as e:
+                problems[f"{name} {doc['kind']}"] = [f"rejected: {e.status} {e.body}"]
+                continue
+            if lost := dropped(doc, got):
+                problems[f"{name} {doc['kind']}"] = lost
+            seen.append(doc["kind"])
+    assert not problems, problems
+    assert {"ConfigMap", "PodSnapshotPolicy", "PodSnapshotStorageConfig", "StatefulSet",
+            "WorkspaceKind", "ClusterRole", "RoleBinding", "ClusterRoleBinding"} <= set(seen)
+
+
+# -- Kubeflow Notebooks v2: each Workspace runs as its own ServiceAccount --------------------------
+
+def example_kind() -> dict:
+    (kind,) = [d for d in yaml.safe_load_all((EXAMPLES / "workspacekind.yaml").read_text()) if d]
+    return kind
+
+
+def play_workspace_controller_rbac(admin: client.ApiClient, ws: str, kind: dict) -> str:
+    """What the Kubeflow Workspace controller does for a Workspace's identity (kubeflow/notebooks
+    notebooks-v2 workspace_controller.go: generateServiceAccount, generateRoleBindingName,
+    generateRoleBinding): ServiceAccount "ws-<name>", and per WorkspaceKind
+    podTemplate.serviceAccount.clusterRoles entry a RoleBinding "ws-<name>-<sha256(name/role)[:8]>"
+    of that ClusterRole in the Workspace's namespace. Returns the account's user name."""
+    sa = f"ws-{ws}"
+    labels = {WS_LABEL: ws}
+    client.CoreV1Api(admin).create_namespaced_service_account(
+        NS, {"metadata": {"name": sa, "labels": labels}})
+    for role in kind["spec"]["podTemplate"]["serviceAccount"]["clusterRoles"]:
+        digest = hashlib.sha256(f"{ws}/{role['name']}".encode()).hexdigest()[:8]
+        client.RbacAuthorizationV1Api(admin).create_namespaced_role_binding(NS, {
+            "metadata": {"name": f"ws-{ws}-{digest}", "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role["name"]},
+            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": NS}]})
+    return f"system:serviceaccount:{NS}:{sa}"
+
+
+def as_user(cluster: dict, user: str) -> client.ApiClient:
+    """The admin's connection, impersonating `user`; for a service-account user name the apiserver
+    adds the groups a real token of that account carries (system:serviceaccounts,
+    system:serviceaccounts:<ns>, system:authenticated)."""
+    api = _client(cluster["dir"] / "admin.kubeconfig")
+    api.set_default_header("Impersonate-User", user)
+    return api
+
+
+async def test_workspace_service_account_gets_what_the_backend_uses_via_the_kind(cluster, sim):
+    kind = example_kind()
+    kube_before = Kube(as_user(cluster, f"system:serviceaccount:{NS}:ws-ws9"))
+    from jupyter_pause.cluster.kube import Res
+
+    # before the controller binds the kind's clusterRoles, the account has nothing namespaced
+    allowed, _ = await kube_before.access_review("patch", Res("kubeflow.org", "v1beta1",
+                                                                "workspaces"), NS)
+    assert not allowed
+    user = play_workspace_controller_rbac(cluster["admin"], "ws9", kind)
+    kube = Kube(as_user(cluster, user))
+    for (group, resource), verbs in NOTEBOOK_PERMISSIONS.items():
+        for verb in verbs:
+            allowed, why = await kube.access_review(verb, Res(group, "v1", resource), NS)
+            assert allowed, (verb, resource, why)
+    for (group, resource), verbs in {**NOTEBOOK_CLUSTER_PERMISSIONS,
+                                     **KUBEFLOW_CLUSTER_PERMISSIONS}.items():
+        for verb in verbs:
+            allowed, why = await kube.access_review(verb, Res(group, "v1", resource, False), None)
+            assert allowed, (verb, resource, why)
+    for verb, group, resource, ns in (
+            ("delete", "", "pods", NS), ("create", "", "pods", NS), ("get", "", "secrets", NS),
+            ("delete", "kubeflow.org", "workspaces", NS),
+            ("create", "kubeflow.org", "workspaces", NS),
+            ("create", "podsnapshot.gke.io", "podsnapshots", NS),
+            ("delete", "podsnapshot.gke.io", "podsnapshotpolicies", NS),
+            ("create", "rbac.authorization.k8s.io", "rolebindings", NS),
+            ("patch", "kubeflow.org", "workspaces", "default"),  # a RoleBinding: own namespace
+            ("get", "", "pods", "default"),
+            ("list", "kubeflow.org", "workspacekinds", None),
+            ("patch", "kubeflow.org", "workspacekinds", None),
+            ("get", "podsnapshot.gke.io", "podsnapshots", None)):  # all namespaces
+        allowed, _ = await kube.access_review(verb, Res(group, "v1", resource, ns is not None), ns)
+        assert not allowed, (verb, resource, ns)
+
+
+async def test_kubeflow_pause_as_the_workspace_identity_with_the_examples_kind(cluster, sim):
+    """The example WorkspaceKind (opt-in on the kind) on the real apiserver, the pause run with the
+    identity Kubeflow gives the Workspace: it reads the kind, pauses and follows the add-on's
+    checkpoint to Ready."""
+    from jupyter_pause.cluster.kubeflow import KubeflowBackend
+
+    kind = example_kind()
+    sim.custom.create_cluster_custom_object("kubeflow.org", "v1beta1", "workspacekinds", kind)
+    user = play_workspace_controller_rbac(cluster["admin"], "ws2", kind)
+    sim.custom.create_namespaced_custom_object("kubeflow.org", "v1beta1", NS, "workspaces",
+                                               workspace("ws2", kind=kind["metadata"]["name"]))
+    await asyncio.to_thread(sim.wait, lambda: any(
+        p["metadata"]["name"] == "ws-ws2-0" and p["status"].get("phase") == "Running"
+        for p in sim.pods()), 20, "ws-ws2-0 running")
+    rec = Recorder()
+    kf = KubeflowBackend(api_client=as_user(cluster, user), pod_name="ws-ws2-0", namespace=NS,
+                         gpu_model="nvidia-l4", restored_condition_wait=0, checkpoint_timeout=30)
+    assert (await kf.describe())["can_pause"] is True
+    ctx = pause_ctx(rec)
+    assert (await kf.snapshot(ctx))["gke_workspaces"] is True
+    rel = await kf.release(ctx)
+    assert rel.get("checkpoint_state") == "Ready" and rel.get("snapshot"), rel
+    ws = sim.custom.get_namespaced_custom_object("kubeflow.org", "v1beta1", NS, "workspaces", "ws2")
+    assert ws["spec"]["paused"] is True
+    await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 20, "ws-ws2-0 stopped")
