@@ -4,7 +4,8 @@ measured in one run (the machine is shared and noisy: compare ratios, not absolu
     python bench/bench_checkpoint.py            # the issue's sizes (4 GiB model state, ...)
     python bench/bench_checkpoint.py --quick    # small sizes, a minute or so
 
-Sections: (1) model state: checkpoint+fsync vs raw write+fsync, peak extra RSS, cold restore
+Sections: (1) model state: checkpoint+fsync vs the device limit (an O_DIRECT write+fsync of the
+same bytes) and vs a buffered write+fsync, peak extra RSS, cold restore
 (all pages touched) vs a cold sequential read; (2) mixed notebook namespace vs dill.dump_module;
 (3) incremental: nothing changed, and one tensor of N changed, vs the first checkpoint.
 Cold figures drop the page cache (needs root; otherwise they are reported as warm).
@@ -92,6 +93,49 @@ def raw_write(path: str, tensors: list) -> float:
     return time.perf_counter() - t0
 
 
+def direct_write(path: str, tensors: list, bounce: int = 64 << 20) -> float:
+    """The device limit: the same bytes written with O_DIRECT through one page-aligned bounce
+    buffer by one thread (copy, write, repeat), then fsync; the unaligned tail padded and cut
+    back with ftruncate."""
+    import mmap
+
+    buf = mmap.mmap(-1, bounce, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    mv = memoryview(buf)
+    mv[:] = b"\0" * bounce  # fault the buffer in before the clock starts
+    t0 = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o600)
+    try:
+        off = fill = size = 0
+
+        def flush(n: int) -> None:
+            nonlocal off
+            done = 0
+            while done < n:
+                done += os.pwrite(fd, mv[done:n], off + done)
+            off += n
+
+        for t in tensors:
+            src = memoryview(t.numpy()).cast("B")
+            pos = 0
+            while pos < len(src):
+                k = min(len(src) - pos, bounce - fill)
+                mv[fill : fill + k] = src[pos : pos + k]
+                fill, pos, size = fill + k, pos + k, size + k
+                if fill == bounce:
+                    flush(fill)
+                    fill = 0
+        if fill:
+            flush(fill + (-fill % 4096))
+            os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    took = time.perf_counter() - t0
+    mv.release()
+    buf.close()
+    return took
+
+
 def cold_read(path: str) -> float:
     buf = bytearray(16 << 20)
     mv = memoryview(buf)
@@ -119,11 +163,15 @@ def section_model(args, root: str, key: bytes) -> None:
     nbytes = sum(t.numel() * 4 for t in state.values())
     tensors = list(state.values())
     raw_path = os.path.join(root, "raw.bin")
-    raws, ckpts, peaks, firsts = [], [], [], []
+    raws, directs, ckpts, peaks, firsts = [], [], [], [], []
     store = None
     for r in range(args.repeat):
-        if os.path.exists(raw_path):
-            os.unlink(raw_path)
+        for path in (raw_path, raw_path + ".direct"):
+            if os.path.exists(path):
+                os.unlink(path)
+        os.sync()
+        directs.append(direct_write(raw_path + ".direct", tensors))
+        os.unlink(raw_path + ".direct")
         os.sync()
         raws.append(raw_write(raw_path, tensors))
         sdir = os.path.join(root, f"model{r}")
@@ -139,8 +187,13 @@ def section_model(args, root: str, key: bytes) -> None:
         peaks.append(peak.extra)
         firsts.append((cache, res))
     raw_s, ckpt_s = statistics.median(raws), statistics.median(ckpts)
-    figure("checkpoint with fsync", ckpt_s, "raw write+fsync of the same bytes", raw_s, "<= 1.1x")
-    print(f"    ({nbytes / ckpt_s / 1e9:.2f} GB/s vs {nbytes / raw_s / 1e9:.2f} GB/s raw)")
+    direct_s = statistics.median(directs)
+    figure("checkpoint with fsync", ckpt_s, "O_DIRECT write+fsync of the same bytes (device limit)",
+           direct_s, "<= 1.25x")
+    figure("checkpoint with fsync", ckpt_s, "buffered write+fsync of the same bytes", raw_s,
+           "<= 1.1x")
+    print(f"    ({nbytes / ckpt_s / 1e9:.2f} GB/s vs {nbytes / direct_s / 1e9:.2f} GB/s O_DIRECT, "
+          f"{nbytes / raw_s / 1e9:.2f} GB/s buffered)")
     peak = max(peaks)
     RESULTS.append(("peak extra RSS", peak, "state size", nbytes, "<= 5%"))
     print(
@@ -271,7 +324,7 @@ def section_mixed(args, root: str, key: bytes) -> None:
         ours,
         "dill.dump_module + fsync",
         dill_s,
-        ">= 5x faster, i.e. ratio <= 0.2",
+        ">= 10x faster, i.e. ratio <= 0.1",
     )
     print(f"    ({dill_s / ours:.1f}x faster; {res.bytes_total / GiB:.2f} GiB; not saved: {bad})")
     drop_caches()

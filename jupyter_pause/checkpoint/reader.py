@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import env as _env
+from . import objectstore
 from . import tensors as _tensors
 from .errors import CheckpointError, IntegrityError
 from .manifest import ReadResult, VariableReport
@@ -57,11 +58,7 @@ class _Verifier:
         h = _hasher()
         try:
             if not self.store.local:
-                data = self.store.fs.cat_file(path)
-                h.update(data)
-                self._tick(len(data))
-                n = len(data)
-                keep: Any = data
+                keep, n = self._read_remote(digest, path, size, h)
             else:
                 keep, n = self._read_local(digest, path, size, h)
         except FileNotFoundError:
@@ -118,6 +115,17 @@ class _Verifier:
                 got += 1  # grew while we read: the size check below refuses it
         finally:
             os.close(fd)
+        return buf, got
+
+    def _read_remote(self, digest: str, path: str, size: int, h: Any) -> tuple[Any, int]:
+        # streamed by ranges into one private buffer, hashed as it lands: the buffer that is
+        # verified is the one that is loaded (no second read, no copy)
+        fs = self.store.fs
+        n = int(fs.size(path))
+        if n != size:
+            raise self._bad(digest, f"has the wrong size ({n} != {size})")
+        buf = _private_buffer(size)
+        got = objectstore.download(fs, path, size, h, buf, self.store.budget, self._tick)
         return buf, got
 
     def run(self, digests: list[str]) -> None:
@@ -247,13 +255,7 @@ def read(
         )
     mapped: dict[tuple[str, str], list[int]] = {}
     storages: dict[int, Any] = {}
-    packs = _tensors.PackReader(
-        lambda d: (
-            _tensors.open_pack_buffer(ver.data[d])
-            if store.local
-            else _tensors.open_pack_bytes(ver.data[d])
-        )
-    )
+    packs = _tensors.PackReader(lambda d: _tensors.open_pack_buffer(ver.data[d]))
     values: dict[str, Any] = {}
     failed: dict[str, str] = {}
     try:

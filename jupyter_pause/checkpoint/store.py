@@ -21,7 +21,12 @@ reported missing instead of an older one being restored in its place.
 
 Local writes go to ``tmp/`` first, are fsync'd and renamed into place, and the directories are
 fsync'd before the manifest is published, so a crash at any moment leaves only unreferenced temp
-files or blobs behind: never a manifest that points at missing or partial data.
+files or blobs behind: never a manifest that points at missing or partial data. Large blobs are
+written with O_DIRECT where the file system allows it (:mod:`.directio`).
+
+Object stores (:mod:`.objectstore`) name a blob by hashing it where it lies, then stream it to
+that name in parts with bounded memory; a multipart or resumable upload only becomes visible
+when it completes, so the same guarantee holds there.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from typing import Any
 
 import psutil
 
+from . import directio, objectstore
 from .errors import CheckpointError, IntegrityError, NotFoundError, StorageFullError
 from .keys import jupyter_data_dir
 from .manifest import Manifest, blob_names, parse, verify
@@ -125,14 +131,24 @@ class Txn:
 class Store:
     """A checkpoint store. Use :func:`open_store` to make one."""
 
-    def __init__(self, url: str, key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        key: bytes | None = None,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        memory: str | int | None = None,
+    ) -> None:
         self.url = url
         self.key = key
+        self.budget: objectstore.Budget | None = None
         if "://" in url and not url.startswith("file://"):
             import fsspec
 
-            self.fs, self.root = fsspec.core.url_to_fs(url)
+            self.fs, self.root = fsspec.core.url_to_fs(url, **(storage_options or {}))
             self.local = False
+            # what this store's streamed uploads and downloads may hold in memory, all together
+            self.budget = objectstore.Budget(objectstore.memory_bound(memory))
             self.root = self.root.rstrip("/")
         else:
             path = url.removeprefix("file://")
@@ -186,6 +202,8 @@ class Store:
                 self.fs.rm_file(path)
         except (FileNotFoundError, OSError):
             pass
+        except Exception as e:  # noqa: BLE001 - an object store's client errors (a server gone)
+            log.debug("could not remove %s: %s", path, e)
 
     def _exists(self, path: str) -> bool:
         return os.path.exists(path) if self.local else self.fs.exists(path)
@@ -345,40 +363,54 @@ class Store:
     def put_blob(
         self,
         txn: Txn,
-        chunks: Iterable[memoryview | bytes],
+        chunks: Iterable[memoryview | bytes] | Callable[[], Iterable[memoryview | bytes]],
         progress: Callable[[int], None] | None = None,
+        size_hint: int = 0,
     ) -> tuple[str, int]:
-        """Store the concatenation of ``chunks``; return (digest, size).
+        """Store the concatenation of ``chunks`` (or of what ``chunks()`` yields: object stores
+        read it twice, to name the blob before uploading it); return (digest, size).
 
-        Local: one pass that hashes while it writes to a temp file, then fsync + rename. A blob
-        that already exists is not written twice (content addressing).
+        Local: one pass that hashes while it writes to a temp file, then fsync + rename; blobs of
+        at least :data:`directio.DIRECT_MIN` bytes (``size_hint``) bypass the page cache. Remote:
+        streamed in parts with bounded memory (:mod:`.objectstore`). A blob that already exists
+        is not written twice (content addressing).
         """
         try:
             if self.local:
-                return self._put_local(txn, chunks, progress)
-            return self._put_remote(txn, list(chunks), progress)
+                return self._put_local(txn, chunks, progress, size_hint)
+            return self._put_remote(txn, chunks, progress, size_hint)
         except OSError as e:
             raise self._os_error(e, "writing a blob") from None
 
-    def _put_local(self, txn: Txn, chunks: Iterable, progress: Callable | None) -> tuple[str, int]:
+    def _put_local(
+        self, txn: Txn, chunks: Iterable, progress: Callable | None, size_hint: int = 0
+    ) -> tuple[str, int]:
         tmp = self._join("tmp", f"{txn.id}-{secrets.token_hex(6)}.part")
         txn.temps.add(tmp)
+        if callable(chunks):
+            chunks = chunks()
         h = _hasher()
         size = 0
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        big = size_hint >= directio.DIRECT_MIN and directio.supported()
+        fd, direct = directio.open_new(tmp, direct=big)
         try:
-            for chunk in chunks:
-                mv = memoryview(chunk).cast("B")
-                for i in range(0, len(mv), CHUNK):
-                    piece = mv[i : i + CHUNK]
-                    h.update(piece)
-                    _write_all(fd, piece)
-                    _write_behind(fd, size, len(piece))
-                    size += len(piece)
-                    txn.bytes_written += len(piece)
-                    if progress:
-                        progress(len(piece))
-            os.fsync(fd)
+            if big:
+                # the sink falls back to buffered writes by itself where O_DIRECT is refused
+                size = directio.write_file(fd, direct, tmp, chunks, size_hint, h, progress)
+                txn.bytes_written += size
+            else:
+                for chunk in chunks:
+                    mv = memoryview(chunk).cast("B")
+                    for i in range(0, len(mv), CHUNK):
+                        piece = mv[i : i + CHUNK]
+                        h.update(piece)
+                        _write_all(fd, piece)
+                        _write_behind(fd, size, len(piece))
+                        size += len(piece)
+                        txn.bytes_written += len(piece)
+                        if progress:
+                            progress(len(piece))
+                os.fsync(fd)
             _drop_cached(fd)
         finally:
             os.close(fd)
@@ -398,24 +430,28 @@ class Store:
         txn.temps.discard(tmp)
         return digest, size
 
-    def _put_remote(self, txn: Txn, chunks: list, progress: Callable | None) -> tuple[str, int]:
-        # Object stores publish a PUT atomically, so hash first (data is in memory) and write the
-        # final name directly instead of copying a temp object.
+    def _put_remote(
+        self, txn: Txn, chunks: Any, progress: Callable | None, size_hint: int = 0
+    ) -> tuple[str, int]:
+        # Name first (hash the bytes where they lie), then stream to the final name; the upload
+        # commits only if what it sent hashes to that name (see objectstore's docstring).
+        if callable(chunks):
+            source = chunks
+        else:
+            views = list(chunks)  # views or bytes already in memory: no copy of the data
+            source = lambda: views
         h = _hasher()
-        size = 0
-        for c in chunks:
-            h.update(c)
-            size += memoryview(c).nbytes
+        size = objectstore.hash_source(source(), h)
         digest = h.hexdigest()
         final = self.blob_path(digest)
-        if not self.fs.exists(final):
-            txn.created.add(digest)
-            with self.fs.open(final, "wb") as f:
-                for c in chunks:
-                    f.write(memoryview(c).cast("B"))
-            txn.bytes_written += size
-        if progress:
-            progress(size)
+        if self.fs.exists(final):
+            if progress:
+                progress(size)
+            return digest, size
+        assert self.budget is not None  # set for every object store
+        objectstore.upload(self.fs, final, source, size, digest, _hasher(), self.budget, progress)
+        txn.created.add(digest)
+        txn.bytes_written += size
         return digest, size
 
     def sync(self, txn: Txn) -> None:
@@ -701,6 +737,12 @@ class Store:
                 if not dry_run:
                     self._remove(self._join("tmp", n))
                 temps += 1
+            if not self.local and not dry_run:
+                # S3 multipart uploads of writers that died (invisible, but billed)
+                try:
+                    temps += objectstore.abort_stale_uploads(self.fs, self._join("blobs"), cutoff)
+                except Exception as e:  # noqa: BLE001 - a clean-up; the checkpoints are fine
+                    log.warning("could not list unfinished uploads in %s: %s", self.url, e)
         return {
             "removed": removed,
             "bytes_freed": freed,
@@ -753,9 +795,21 @@ def _write_all(fd: int, mv: memoryview) -> None:
         mv = mv[n:]
 
 
-def open_store(url_or_path: str | None = None, *, key: bytes | None = None) -> Store:
-    """A store at a local path or fsspec URL (``None``: :func:`default_store_url`)."""
-    return Store(url_or_path or default_store_url(), key=key)
+def open_store(
+    url_or_path: str | None = None,
+    *,
+    key: bytes | None = None,
+    storage_options: dict[str, Any] | None = None,
+    memory: str | int | None = None,
+) -> Store:
+    """A store at a local path or fsspec URL (``None``: :func:`default_store_url`).
+
+    ``storage_options``: keyword arguments of the fsspec file system (endpoint, credentials;
+    by default each ecosystem's own chain, see :mod:`.credentials`). ``memory``: the most an
+    object store's streamed transfers may hold at once (bytes or "256M"; default the
+    ``JUPYTER_PAUSE_STORE_MEMORY`` environment variable, else 256 MiB)."""
+    return Store(url_or_path or default_store_url(), key=key, storage_options=storage_options,
+                 memory=memory)
 
 
 def gc(store: Store, *, dry_run: bool = False, grace_s: float = 0.0) -> dict[str, Any]:

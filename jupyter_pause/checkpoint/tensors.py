@@ -71,14 +71,29 @@ def pack_layout(entries: list[tuple[str, Any, str]]) -> tuple[bytes, list[Any]]:
     return struct.pack("<Q", len(raw)) + raw, [e[2] for e in laid]
 
 
+HOST_PIECE = 64 << 20  # a device storage comes to host memory this much at a time
+
+
 def pack_chunks(entries: list[tuple[str, Any, str]]):
-    """Yield the bytes of a pack: header, then each storage (copied to host only if on a device)."""
+    """Yield the bytes of a pack: header, then each storage (a device storage copied to host a
+    piece at a time, so a checkpoint of a GPU model needs no host copy of a whole tensor)."""
     head, storages = pack_layout(entries)
     yield head
     for us in storages:
         if us.device.type != "cpu":
-            us = us.cpu()
-        yield storage_bytes(us)
+            yield from host_pieces(us)
+        else:
+            yield storage_bytes(us)
+
+
+def host_pieces(us: Any, piece: int = HOST_PIECE):
+    """Host copies of a storage, ``piece`` bytes at a time. Each yielded view owns its memory
+    (a numpy array that keeps its tensor alive): a consumer may hold it past the next piece."""
+    import torch
+
+    flat = torch.empty(0, dtype=torch.uint8, device=us.device).set_(us)
+    for a in range(0, us.nbytes(), piece):
+        yield memoryview(flat[a : a + piece].cpu().numpy())
 
 
 def resolve_device(policy: str) -> str | None:

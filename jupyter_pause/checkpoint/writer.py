@@ -102,7 +102,9 @@ class _Run:
             ok = self.exists[digest] = self.store.claim_blob(digest)
         return ok
 
-    def put(self, chunks: Iterable, kind: str, size: int, cached: bool = True) -> cf.Future:
+    def put(
+        self, chunks: Iterable | Callable[[], Iterable], kind: str, size: int, cached: bool = True
+    ) -> cf.Future:
         """Write a blob in the pool; the future gives its digest."""
         self.known += size
 
@@ -121,7 +123,7 @@ class _Run:
                     self.blobs[hit[0]] = {"size": size, "kind": kind}
                     self.add_done(size)
                     return hit[0]
-            digest, n = self.store.put_blob(self.txn, chunks, self.add_done)
+            digest, n = self.store.put_blob(self.txn, chunks, self.add_done, size)
             self.exists[digest] = True
             self.blobs[digest] = {"size": n, "kind": kind}
             if x is not None:
@@ -510,8 +512,10 @@ class _TensorWriter:
             layout = [(f"t{gi}", us, dt) for gi, us, dt in shard]
             head, _ = _tensors.pack_layout(layout)
             size = len(head) + sum(us.nbytes() for _, us, _ in shard)
-            # a generator: device storages are copied to host one at a time, in the writer thread
-            f = self.run.put(_tensors.pack_chunks(layout), "tensors", size, cached=False)
+            # a source, not a generator: object stores read it twice (name, then upload); device
+            # storages are copied to host one at a time, in the writer thread
+            f = self.run.put(lambda layout=layout: _tensors.pack_chunks(layout), "tensors", size,
+                             cached=False)
             for gi, _, _ in shard:
                 self.entries[gi]["blob"] = f
                 self.entries[gi]["pack_size"] = size

@@ -13,3 +13,13 @@ def key(tmp_path):
 @pytest.fixture
 def store(tmp_path):
     return open_store(str(tmp_path / "store"))
+
+
+@pytest.fixture(scope="module", params=["gcs", "s3"])
+def object_server(request):
+    """A real object-store server (gcp-storage-emulator or moto) with a fresh bucket."""
+    from . import emulators
+
+    srv = emulators.start(request.param)
+    yield srv
+    srv.stop()

@@ -27,7 +27,7 @@ write(ns, store, key=key, keep=None)
 rng = np.random.default_rng(2)
 ns = {"gen": 2, "small": [{"i": i} for i in range(20000)]}
 for i in range(6):
-    ns[f"a{i}"] = rng.normal(size=1_000_000)  # 8 MB each, out of band
+    ns[f"a{i}"] = rng.normal(size=1_200_000)  # 9.6 MB each, out of band, written O_DIRECT
 if use_torch:
     import torch
     ns["model"] = torch.nn.Linear(1000, 2000)
@@ -84,7 +84,7 @@ def test_sigkill_during_write_never_leaves_a_lying_checkpoint(tmp_path, key, use
             assert rr.values["gen"] == 2
             rng = np.random.default_rng(2)
             for j in range(6):
-                np.testing.assert_array_equal(rr.values[f"a{j}"], rng.normal(size=1_000_000))
+                np.testing.assert_array_equal(rr.values[f"a{j}"], rng.normal(size=1_200_000))
         else:
             assert not finished
             assert rr.values["gen"] == 1

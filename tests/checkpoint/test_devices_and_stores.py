@@ -70,3 +70,18 @@ def test_fsspec_store_round_trip(tmp_path, key, kind):
 
     gc(store)
     assert read(store, key=key).values == {"y": 1}
+
+
+def test_device_storages_come_to_host_in_pieces_that_own_their_memory():
+    # an object store upload keeps views of earlier pieces until a part is full: each must stay
+    # valid after the generator has moved on (a view of a freed host copy would upload garbage)
+    import gc as _gc
+
+    torch = pytest.importorskip("torch")
+    us = torch.randn(1_000_003).untyped_storage()
+    pieces = list(tensors_mod.host_pieces(us, piece=1 << 20))
+    _gc.collect()
+    junk = [torch.ones(1 << 18) for _ in range(8)]  # reuse any memory that was freed
+    assert [len(p) for p in pieces[:-1]] == [1 << 20] * (len(pieces) - 1)
+    assert b"".join(pieces) == bytes(tensors_mod.storage_bytes(us))
+    del junk
