@@ -41,6 +41,11 @@ class PauseApp(ExtensionApp):
         "", help="Checkpoint store (directory or fsspec URL); empty = the checkpoint library's "
         "default (<jupyter data dir>/jupyter-pause/checkpoints)."
     ).tag(config=True)
+    store_memory = Unicode(
+        "", help="Memory that checkpoints to an object store (gs://, s3://) may hold for "
+        "streamed uploads and restores, all parts in flight together: bytes or 256M, 1G "
+        "(minimum 16M). Empty = the checkpoint library's default (256M)."
+    ).tag(config=True)
     key_path = Unicode(
         "", help="HMAC key file of the checkpoints; empty = the checkpoint library's default."
     ).tag(config=True)
@@ -155,7 +160,8 @@ class PauseApp(ExtensionApp):
         # retention see which checkpoints a pause or resume depends on.
         for var, value in (("JUPYTER_PAUSE_STORE_URL", self.store_url),
                            ("JUPYTER_PAUSE_KEY_PATH", self.key_path),
-                           ("JUPYTER_PAUSE_STATE_DIR", self.state_dir)):
+                           ("JUPYTER_PAUSE_STATE_DIR", self.state_dir),
+                           ("JUPYTER_PAUSE_STORE_MEMORY", self.store_memory)):
             if value:
                 os.environ[var] = value
         # Detect now, at start-up, not on the event loop's first pause (nvidia-smi may be slow).

@@ -146,10 +146,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     };
     const doResume = async () => {
-      hold.set('busy');
+      hold.expectResume();
       try {
         await controller.resume();
       } catch (error) {
+        hold.cancelResume(controller.status);
         showError(trans.__('Cannot resume'), error);
       }
     };
@@ -367,7 +368,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
       // Held while paused or in a flight; freed only once the notebooks follow the server's
       // kernels, and only if no newer answer started another flight meanwhile.
-      const mode = holdModeOf(current);
+      const mode = hold.modeFor(current);
       if (mode !== 'free') {
         hold.set(mode);
       } else {

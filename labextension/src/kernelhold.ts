@@ -73,6 +73,30 @@ export class KernelHold {
     }
   }
 
+  /**
+   * A resume was requested (the click): hold from now on. Until the server answers with a
+   * state other than paused, `modeFor()` keeps holding: a status read sent before the click
+   * may still answer "paused", and a cell run then must wait, not be refused.
+   */
+  expectResume(): void {
+    this._resumeRequested = true;
+    this.set('busy');
+  }
+
+  /** The resume request failed: follow the server's state again. */
+  cancelResume(status: IStatus | null): void {
+    this._resumeRequested = false;
+    this.set(holdModeOf(status));
+  }
+
+  /** The hold a status read calls for, given a resume this page requested. */
+  modeFor(status: IStatus): HoldMode {
+    if (status.state !== 'paused') {
+      this._resumeRequested = false;
+    }
+    return this._resumeRequested ? 'busy' : holdModeOf(status);
+  }
+
   /** Wrap the context's `startKernel()` (once per context). */
   attach(context: IHoldableContext): void {
     const marked = context as IHoldableContext & { [WRAPPED]?: boolean };
@@ -113,6 +137,7 @@ export class KernelHold {
   }
 
   private _mode: HoldMode = 'free';
+  private _resumeRequested = false;
   private _options: IKernelHoldOptions;
   private _waiters: Array<() => void> = [];
 }

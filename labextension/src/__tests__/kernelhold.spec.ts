@@ -112,8 +112,40 @@ describe('KernelHold', () => {
   });
 });
 
+const status = (state: string) => ({ state }) as unknown as IStatus;
+
+describe('KernelHold resume requests', () => {
+  it('keeps holding through a stale "paused" read after the Resume click', async () => {
+    const { hold, calls } = setup();
+    const ctx = new Context();
+    hold.attach(ctx);
+    hold.set(hold.modeFor(status('paused')));
+    hold.expectResume();
+    hold.set(hold.modeFor(status('paused'))); // a read sent before the click
+    const run = ctx.startKernel();
+    assert.equal(await pending(run), true, 'waits instead of being refused');
+    hold.set(hold.modeFor(status('restoring')));
+    ctx.hasNoKernel = false;
+    hold.set(hold.modeFor(status('ready')));
+    assert.equal(await run, false);
+    assert.deepEqual(calls, { paused: 0, waiting: 1 });
+    // Once the server moved on, "paused" means paused again.
+    assert.equal(hold.modeFor(status('paused')), 'paused');
+  });
+
+  it('follows the server again when the request fails', async () => {
+    const { hold, calls } = setup();
+    const ctx = new Context();
+    hold.attach(ctx);
+    hold.expectResume();
+    const run = ctx.startKernel();
+    hold.cancelResume(status('paused'));
+    assert.equal(await run, false);
+    assert.deepEqual(calls, { paused: 1, waiting: 1 });
+  });
+});
+
 describe('holdModeOf', () => {
-  const status = (state: string) => ({ state }) as unknown as IStatus;
   it('maps states to holds', () => {
     assert.equal(holdModeOf(null), 'free');
     assert.equal(holdModeOf(status('running')), 'free');
