@@ -5,8 +5,10 @@ Both picklers share one ``reducer_override`` that
   through pickle; torch's own tensor reduce rebuilds views on top, so views and shared storage
   survive, as with ``torch.save``);
 - pickles modules by name (dill would pickle non-stdlib modules by value);
+- hands objects of registered library classes to their reducer (``reducers/``: open files,
+  autograd tensors, widgets, bokeh models, ...), one registry rather than cases in here;
 - refuses objects that cannot be saved (generators, sockets, ...) with a clear reason, and objects
-  that would only "serialize" into a stale lie (locks, threads, open files, Popen) as stale;
+  that would only "serialize" into a stale lie (locks, threads, other streams, Popen) as stale;
 - in the C pickler, hands classes/functions defined in ``__main__`` (and lambdas/closures) to dill,
   since the C pickler would store them by a name a fresh kernel does not have.
 Large contiguous buffers (numpy, pandas, pyarrow) leave the stream out of band (protocol 5).
@@ -24,6 +26,7 @@ import types
 from typing import Any
 
 OOB_MIN = 1 << 20  # buffers below this stay in the stream: a blob per tiny array costs more
+VIEW_ROOT_MAX = 64 << 10  # a view's unreferenced root up to this size is saved to keep sharing
 
 
 class SkipVariable(Exception):
@@ -39,8 +42,8 @@ class _NeedsDill(Exception):
 
 
 # -- type classification ------------------------------------------------------------------------
-_PLAIN, _MODULE, _TENSOR, _STORAGE, _CODE, _STALE_KIND, _UNSER_KIND, _NDARRAY = range(8)
-_kind_cache: dict[type, tuple[int, str]] = {}
+_PLAIN, _MODULE, _TENSOR, _STORAGE, _CODE, _STALE_KIND, _UNSER_KIND, _NDARRAY, _REDUCER = range(9)
+_kind_cache: dict[type, tuple[int, Any]] = {}
 
 
 def _stale_reasons() -> list[tuple[tuple[type, ...], str]]:
@@ -101,7 +104,10 @@ _UNSER_LIST: list = []
 _SAFE_IO: tuple[type, ...] = (io.BytesIO, io.StringIO)
 
 
-def _classify(t: type) -> tuple[int, str]:
+def _classify(t: type) -> tuple[int, Any]:
+    """(kind, reason or reducer) for objects of type ``t``."""
+    from . import reducers  # not at import time: the reducers import this module
+
     if not _STALE_LIST:
         _UNSER_LIST.extend(_unser_reasons())
         _STALE_LIST.extend(_stale_reasons())
@@ -113,11 +119,14 @@ def _classify(t: type) -> tuple[int, str]:
     torch = sys.modules.get("torch")
     if torch is not None:
         if issubclass(t, torch.Tensor):
-            return _TENSOR, ""
+            return _TENSOR, reducers.lookup(t)
         if issubclass(t, (torch.storage.TypedStorage, torch.UntypedStorage)):
             return _STORAGE, ""
     if issubclass(t, type) or t is types.FunctionType:
         return _CODE, ""
+    reducer = reducers.lookup(t)
+    if reducer is not None:
+        return _REDUCER, reducer
     name = f"{t.__module__}.{t.__qualname__}"
     for ts, reason in _UNSER_LIST:
         if issubclass(t, ts):
@@ -153,17 +162,49 @@ def _load_storage(idx: int, dtype: str | None) -> Any:
 
 
 def _identity(x: Any) -> Any:
+    """Kept for streams written before reducers/torch_autograd.py (they name it)."""
     return x
+
+
+def note_loaded(obj: Any, note: str) -> None:
+    """Called by a reducer's rebuild function: ``obj`` came back, but not all of it (``note``
+    says what is missing). ``load_group`` attributes it to the variable(s) holding it."""
+    notes = getattr(_load, "notes", None)
+    if notes is not None:
+        notes.append((obj, note))
+
+
+def take_load_notes() -> dict[str, list[str]]:
+    """Variable -> what did not come back with it, for the loads since the last call."""
+    out = getattr(_load, "by_name", None) or {}
+    _load.by_name = {}
+    return out
+
+
+def _attribute_notes(got: dict[str, Any], notes: list[tuple[Any, str]]) -> None:
+    by_name = getattr(_load, "by_name", None)
+    if by_name is None:
+        by_name = _load.by_name = {}
+    for obj, note in notes:
+        owners = [n for n, v in got.items() if v is obj]
+        if owners:
+            for n in owners:
+                by_name.setdefault(n, []).append(note)
+        else:  # held inside a variable (or several linked ones): all of them are affected
+            for n in got:
+                by_name.setdefault(n, []).append(f"holds an object whose {note}")
 
 
 def _rebuild_view(root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
     """A numpy view onto its (restored) root array, so views keep sharing memory."""
     import numpy as np
 
-    return np.ndarray(shape, dtype=dtype, buffer=root.data, offset=offset, strides=strides)
+    # through bytes: datetime64/timedelta64 roots have no buffer of their own dtype
+    raw = root.view(np.uint8).reshape(-1)
+    return np.ndarray(shape, dtype=dtype, buffer=raw, offset=offset, strides=strides)
 
 
-def _view_reduce(obj: Any, array_ids: set[int]) -> Any:
+def _view_reduce(obj: Any, array_ids: set[int], roots: set[int]) -> Any:
     import numpy as np
 
     base = obj.base
@@ -172,12 +213,15 @@ def _view_reduce(obj: Any, array_ids: set[int]) -> Any:
     root = base
     while isinstance(root.base, np.ndarray):
         root = root.base
-    # only when the root itself is being saved (else pickling it would save memory nobody
-    # asked for) and exposes a plain buffer
-    if id(root) not in array_ids or not root.flags.c_contiguous:
+    # the root travels when a variable reaches it, when another view already took it along, or
+    # when it costs little (owned by no one else, and small or mostly covered by this view);
+    # else pickling it would save memory nobody asked for and the view is saved as a copy
+    if not root.flags.c_contiguous or root.dtype.hasobject:
         return NotImplemented
-    if root.dtype.hasobject:
+    cheap = root.base is None and root.nbytes <= max(VIEW_ROOT_MAX, 2 * obj.nbytes)
+    if id(root) not in array_ids and id(root) not in roots and not cheap:
         return NotImplemented
+    roots.add(id(root))
     offset = obj.__array_interface__["data"][0] - root.__array_interface__["data"][0]
     return (_rebuild_view, (root, offset, obj.shape, obj.strides, obj.dtype))
 
@@ -189,6 +233,7 @@ class Ctx:
     def __init__(self, oob_min: int = OOB_MIN, array_ids: set[int] | None = None) -> None:
         self.oob_min = oob_min
         self.array_ids = array_ids or set()
+        self.view_roots: set[int] = set()  # roots of views pickled so far (kept alive by obj)
         self.buffers: list[memoryview] = []
         self.storages: list[Any] = []  # UntypedStorage, in stream index order
         self.storage_dtype: list[str] = []
@@ -229,13 +274,18 @@ def _override(self: Any, obj: Any, strict: bool) -> Any:
     if kind == _PLAIN:
         return NotImplemented
     if kind == _NDARRAY:
-        return _view_reduce(obj, self.ctx.array_ids) if obj.base is not None else NotImplemented
+        if obj.base is None:
+            return NotImplemented
+        return _view_reduce(obj, self.ctx.array_ids, self.ctx.view_roots)
     if kind == _MODULE:
         return (importlib.import_module, (obj.__name__,))
+    if kind == _REDUCER:
+        return k[1](obj)
     if kind == _TENSOR:
-        if obj.requires_grad and obj.grad_fn is not None:
-            # a non-leaf tensor cannot cross processes with its graph; keep its value
-            return (_identity, (obj.detach(),))
+        if k[1] is not None:  # autograd history: see reducers/torch_autograd.py
+            r = k[1](obj)
+            if r is not NotImplemented:
+                return r
         with contextlib.suppress(RuntimeError, NotImplementedError, TypeError):
             # remembered for change detection; tensors without a storage have nothing to track
             self.ctx.tensors.append((obj, obj._version, obj.untyped_storage()._cdata))
@@ -331,11 +381,17 @@ def dump_group(
 
 def load_group(stream: Any, pickler: str, buffers: list, resolver: Any) -> dict[str, Any]:
     _load.resolver = resolver
+    _load.notes = notes = []
     try:
         if pickler == "dill":
             import dill
 
-            return dill.Unpickler(io.BytesIO(stream), buffers=buffers).load()
-        return pickle.Unpickler(io.BytesIO(stream), buffers=buffers).load()
+            got = dill.Unpickler(io.BytesIO(stream), buffers=buffers).load()
+        else:
+            got = pickle.Unpickler(io.BytesIO(stream), buffers=buffers).load()
     finally:
         _load.resolver = None
+        _load.notes = None
+    if notes and isinstance(got, dict):
+        _attribute_notes(got, notes)
+    return got

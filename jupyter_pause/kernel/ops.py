@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from . import liveness, namespace, provenance
-from .report import variable_dict
+from .report import apply_load_notes, variable_dict
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,15 @@ def _cache_for(cp: Any, store_url: str | None) -> Any:
         if key not in _caches:
             _caches[key] = factory()
         return _caches[key]
+
+
+def _load_notes() -> Callable[[], Mapping[str, list[str]]]:
+    """What the engine noted as not fully restored, per variable (empty for engines without)."""
+    try:
+        from jupyter_pause.checkpoint.pickling import take_load_notes
+    except ImportError:  # pragma: no cover - broken install
+        return dict
+    return take_load_notes
 
 
 def _manifest_field(manifest: Any, name: str, default: Any = None) -> Any:
@@ -190,6 +199,8 @@ def do_restore(
     prov = provenance.install(ip)
     store = cp.open_store(store_url)
     key = cp.load_or_create_key(key_path, store=store)  # refuses to orphan existing checkpoints
+    take_notes = _load_notes()
+    take_notes()  # notes of an earlier, failed read are not this one's
     rr = cp.read(
         store,
         key=key,
@@ -208,6 +219,7 @@ def do_restore(
         aliases = {}  # a partial restore brings back what was asked for, nothing else
     modules, missing = namespace.reimport_modules(ip, aliases)
     out = Restored(rr, modules, missing)
+    apply_load_notes(out.variables, take_notes())
     _add_pending_rows(out, meta, only)
     if only is not None:
         absent = [n for n in only if n not in {v["name"] for v in out.variables}]

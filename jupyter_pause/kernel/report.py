@@ -57,6 +57,18 @@ def variable_dict(v: Any) -> dict[str, Any]:
     return out
 
 
+def apply_load_notes(rows: list[dict[str, Any]], notes: Mapping[str, list[str]]) -> None:
+    """Rows of variables that came back only in part (e.g. a tensor without its autograd graph):
+    not "restored" but "stale", with what was lost, so that --recompute re-runs their cell.
+    The partial value stays in the namespace: it is still the best there is until then."""
+    for r in rows:
+        lost = notes.get(r["name"]) if r["status"] == "restored" else None
+        if lost:
+            r["status"] = "stale"
+            r["reason"] = "; ".join(dict.fromkeys(lost))
+            r["recomputable"] = bool(r.get("cell") and r["cell"].get("source"))
+
+
 class Report:
     """Rendered by Jupyter as an HTML table, by terminals/tests as aligned text."""
 

@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 from jupyter_pause.checkpoint import read, write
+from jupyter_pause.checkpoint.pickling import take_load_notes
 
 from .helpers import statuses
 
@@ -39,7 +40,10 @@ def test_object_kinds_from_the_reference_table(store, key, tmp_path):
     coro = _coro()
     popen = subprocess.Popen([sys.executable, "-c", "pass"])
     target = {"alive": True}
+    held = threading.Lock()
+    held.acquire()
     ns = {
+        "held": held,
         "lock": threading.Lock(),
         "rlock": threading.RLock(),
         "event": threading.Event(),
@@ -76,8 +80,10 @@ def test_object_kinds_from_the_reference_table(store, key, tmp_path):
     try:
         res = write(ns, store, key=key)
         st = statuses(res.variables)
-        for name in ("lock", "rlock", "event", "thread", "q", "rfile", "wfile", "popen"):
+        for name in ("held", "thread", "rfile", "wfile", "popen"):
             assert st[name] == "stale", (name, st[name])
+        for name in ("lock", "rlock", "event", "q"):  # free: a new one is the same
+            assert st[name] == "saved", (name, st[name])
         for name in (
             "gen",
             "coro",
@@ -94,7 +100,7 @@ def test_object_kinds_from_the_reference_table(store, key, tmp_path):
             assert st[name] == "skipped", (name, st[name])
         reasons = {v.name: v.reason for v in res.variables}
         assert "generator" in reasons["gen"]
-        assert "lock" in reasons["lock"]
+        assert "held when the checkpoint was taken" in reasons["held"]
         assert "sqlite3" in reasons["conn"]
         rr = read(store, key=key)
         v = rr.values
@@ -102,9 +108,10 @@ def test_object_kinds_from_the_reference_table(store, key, tmp_path):
         assert v["bio"].getvalue() == b"bytes io"
         for name in ("n", "text", "lst", "d", "t", "s", "by", "cx"):
             assert v[name] == ns[name]
-        assert "lock" not in v and "gen" not in v
+        assert "held" not in v and "gen" not in v
+        assert not v["lock"].locked() and v["q"].empty() and not v["event"].is_set()
         rst = statuses(rr.variables)
-        assert rst["lock"] == "stale" and rst["gen"] == "skipped" and rst["n"] == "restored"
+        assert rst["held"] == "stale" and rst["gen"] == "skipped" and rst["n"] == "restored"
     finally:
         rfile.close()
         wfile.close()
@@ -115,6 +122,27 @@ def test_object_kinds_from_the_reference_table(store, key, tmp_path):
         mm.close()
         coro.close()
         popen.wait()
+
+
+def test_read_mode_files_come_back_at_their_position_unless_the_file_changed(store, key, tmp_path):
+    data = tmp_path / "data.csv"
+    data.write_text("a,b\n1,2\n3,4\n")
+    fh = open(data)  # noqa: SIM115 - the open handle is the point
+    header = fh.readline()
+    try:
+        write({"fh": fh, "header": header}, store, key=key)
+        rr = read(store, key=key)
+        assert statuses(rr.variables) == {"fh": "restored", "header": "restored"}
+        assert (rr.values["fh"].mode, rr.values["fh"].readline()) == ("r", "1,2\n")
+        rr.values["fh"].close()
+        data.write_text("a,b\n1,2\n3,4\n5,6\n")
+        rr = read(store, key=key)
+        failed = {v.name: v for v in rr.variables}["fh"]
+        assert failed.status == "failed" and "fh" not in rr.values
+        assert f"{data} changed since the checkpoint (size 12 -> 16 bytes)" in failed.reason
+        assert rr.values["header"] == "a,b\n"
+    finally:
+        fh.close()
 
 
 def test_numpy_pandas_sklearn(store, key):
@@ -173,7 +201,10 @@ def test_torch_model_optimizer_views_shared_tied(store, key):
     res = write(ns, store, key=key)
     assert all(v.status == "saved" for v in res.variables), res.variables
     assert all(t["dtype"] and t["shape"] and t["device"] == "cpu" for t in res.manifest.tensors)
+    take_load_notes()
     v = read(store, key=key).values
+    notes = take_load_notes()  # what the kernel's report turns from "restored" into "stale"
+    assert list(notes) == ["loss"] and "without its autograd graph" in notes["loss"][0]
     m2, o2 = v["model"], v["opt"]
     assert o2.param_groups[0]["params"][0] is m2[0].weight
     assert m2[1].weight is m2[0].weight
@@ -323,7 +354,7 @@ def test_numpy_views_keep_sharing_memory(store, key):
         "col": base.reshape(10, 100)[:, 3],
         "big": big,
         "bigrow": big[7],
-        "alone": np.arange(50.0)[5:10],  # its root is not in the namespace: saved as a copy
+        "alone": np.arange(5e5)[5:10],  # its 4 MB root is not in the namespace: a copy
     }
     res = write(ns, store, key=key)
     groups = {v["name"]: v["group"] for v in res.manifest.variables}
@@ -335,6 +366,21 @@ def test_numpy_views_keep_sharing_memory(store, key):
     v["big"][7, 0] = 5.0
     assert v["bigrow"][0] == 5.0
     np.testing.assert_array_equal(v["alone"], np.arange(5.0, 10.0))
+    assert v["alone"].base is None or v["alone"].base.nbytes < 1000
+
+
+def test_views_of_a_root_no_variable_holds_keep_sharing_it(store, key):
+    grid = np.arange(24.0).reshape(4, 6)  # a view of the arange the notebook never named
+    days = np.arange("2020-01-01", "2020-01-11", dtype="datetime64[D]")
+    w = np.ones(4)  # two views of one small fitted vector
+    ns = {"grid": grid, "row": grid[1], "days": days[2:], "coef": w[:3], "tail": w[1:]}
+    write(ns, store, key=key)
+    v = read(store, key=key).values
+    v["grid"][1, 0] = -1.0
+    assert v["row"][0] == -1.0 and v["tail"][1] == 1.0
+    v["coef"][2] = 7.0
+    assert v["tail"][1] == 7.0
+    assert v["days"].dtype == days.dtype and v["days"][0] == np.datetime64("2020-01-03")
 
 
 def test_a_failing_progress_callback_never_fails_the_checkpoint(store, key):

@@ -173,3 +173,63 @@ def test_unrestored_variable_survives_a_second_pause(kernel):
     gen_row = next(ln for ln in _report(out).splitlines() if ln.startswith("gen "))
     assert "recomputed" in gen_row and "cell [3]" in gen_row
     assert kernel.eval("(list(gen), more)") == ([10, 11, 12], 1)
+
+
+def _row(out, name: str) -> str:
+    return next(ln for ln in _report(out).splitlines() if ln.startswith(f"{name} "))
+
+
+def test_autograd_result_is_not_claimed_restored_and_recompute_rebuilds_it(kernel):
+    kernel.ok(
+        "import torch\ntorch.manual_seed(0)\nnet = torch.nn.Linear(3, 1)\n"
+        "xb = torch.ones(4, 3)\nyb = torch.zeros(4, 1)"
+    )
+    kernel.ok("loss = torch.nn.functional.mse_loss(net(xb), yb)\nrow = net.weight[0]")
+    value = kernel.eval("loss.item()")
+    kernel.ok("%checkpoint")
+    kernel.restart()
+    kernel.ok("%load_ext jupyter_pause")
+    out = kernel.ok("%restore")
+    row = _row(out, "loss")
+    assert "stale" in row and "without its autograd graph (grad_fn=MseLossBackward0)" in row
+    assert "restored" in _row(out, "row")  # a view of a parameter: rebuilt with its graph
+    assert kernel.eval("(loss.item(), loss.requires_grad)") == (value, False)
+    assert kernel.eval("row._base is net.weight and row.grad_fn is not None") is True
+    out = kernel.ok("%restore --recompute")
+    assert "recomputed" in _row(out, "loss"), _report(out)
+    kernel.ok("loss.backward()")
+    assert kernel.eval("net.weight.grad is not None and loss.item()") == value
+
+
+def test_open_files_reopened_when_unchanged_and_named_when_not(kernel):
+    kernel.ok(
+        "import pathlib\npathlib.Path('in.txt').write_text('a\\nb\\nc\\n')\n"
+        "pathlib.Path('in.bin').write_bytes(bytes(range(64)))"
+    )
+    kernel.ok("rf = open('in.txt')\nfirst = rf.readline()\nbf = open('in.bin', 'rb')\nbf.read(5)")
+    kernel.ok("log = open('out.txt', 'a')\nlog.write('once\\n')\nlog.flush()")
+    out = kernel.ok("%checkpoint")
+    assert "open for writing (mode 'a')" in _row(out, "log"), _report(out)
+    kernel.restart()
+    kernel.ok("%load_ext jupyter_pause")
+    out = kernel.ok("%restore")
+    assert "restored" in _row(out, "rf") and "restored" in _row(out, "bf")
+    assert "stale" in _row(out, "log")
+    assert kernel.eval("(rf.name, rf.mode, rf.readline(), bf.read(2), 'log' in globals())") == (
+        "in.txt",
+        "r",
+        "b\n",
+        b"\x05\x06",
+        False,
+    )
+    assert kernel.eval("open('out.txt').read()") == "once\n"  # never appended twice
+    kernel.restart()
+    kernel.ok("%load_ext jupyter_pause")
+    kernel.ok("pathlib = __import__('pathlib')\npathlib.Path('in.txt').write_text('a\\nB\\nc\\n')")
+    out = kernel.ok("%restore")
+    row = _row(out, "rf")
+    assert "failed" in row and "in.txt changed since the checkpoint (same size, other" in row
+    assert "restored" in _row(out, "bf")
+    out = kernel.ok("%restore --recompute")
+    assert "recomputed" in _row(out, "rf") and "recomputed" in _row(out, "log")
+    assert kernel.eval("(first, rf.readline(), rf.readline())") == ("a\n", "B\n", "c\n")
