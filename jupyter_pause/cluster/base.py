@@ -144,6 +144,12 @@ class Backend(LoggingConfigurable):
     async def attach(self, ctx: ResumeContext) -> None:
         """After verify/restore, before "ready": let the UI reach the kernels (re-point sessions)."""
 
+    async def writes_held(self) -> str | None:
+        """Why nothing may be written to the pod's volumes now, else None: the cluster just took
+        (or is taking) a pod snapshot and stops the pod after it, and a write after the snapshot
+        would make its restore fail. The server's shutdown checkpoint asks before it writes."""
+        return None
+
     async def gc(self, *, keep: int, older_than: float | None, dry_run: bool) -> dict[str, Any]:
         return {"deleted": [], "remaining": []}
 

@@ -12,7 +12,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from .gkw import GKW_READINESS_GATE, gkw_policy_name
 from .kube import (
+    KUBEFLOW_CLUSTER_PERMISSIONS,
     KUBEFLOW_GROUP,
     KUBEFLOW_VERSION,
     NOTEBOOK_CLUSTER_PERMISSIONS,
@@ -78,6 +80,49 @@ def check_selector(files: list[str]) -> Check:
                  "examples/kubernetes/jupyter-server-config.yaml)")
 
 
+def check_release(pod: dict, gkw_managed: bool) -> Check | None:
+    """Does a pause free this pod's accelerator? A pod with a PVC is stopped by GKE itself
+    (postCheckpoint: stop, GKE's rule for PVCs), which leaves it Succeeded; a StatefulSet
+    deletes a Succeeded pod and creates it again (kubernetes pkg/controller/statefulset
+    stateful_set_control.go processReplica), and GKE restores the new pod at once."""
+    from .gke import has_pvc, pod_owner
+
+    owner = pod_owner(pod)
+    if gkw_managed or not has_pvc(pod) or not owner or owner[0] != "StatefulSet":
+        return None
+    return Check("accelerator release", WARN,
+                 f"StatefulSet {owner[1]} re-creates this pod after GKE stops it (the pod "
+                 "mounts a PVC, so the snapshot uses postCheckpoint: stop), and GKE restores it "
+                 "at once: a pause is taken but the accelerator stays in use",
+                 f"after a pause, scale it to 0 from outside (kubectl scale statefulset/"
+                 f"{owner[1]} --replicas=0; `jupyter pause resume` scales it back), or run the "
+                 "notebook as a bare pod")
+
+
+def rbac_fix(pod: dict | None, *, cluster_scoped: bool) -> str:
+    """How to grant a missing verb to this pod's identity. Kubeflow Notebooks v2 runs a Workspace
+    as its own ServiceAccount ws-<workspace> (workspace_controller.go) and binds only the
+    ClusterRoles its WorkspaceKind names in podTemplate.serviceAccount.clusterRoles, with a
+    RoleBinding in the Workspace's namespace: cluster-scoped reads need rbac.yaml's
+    ClusterRoleBinding, which covers the namespace's service accounts."""
+    meta = (pod or {}).get("metadata") or {}
+    ws = (meta.get("labels") or {}).get(WORKSPACE_LABEL)
+    if not ws:
+        sa = ((pod or {}).get("spec") or {}).get("serviceAccountName") or "the pod's"
+        return (f"apply examples/kubernetes/rbac.yaml for service account {sa}"
+                if pod else "apply examples/kubernetes/rbac.yaml for the pod's service account")
+    sa = ((pod or {}).get("spec") or {}).get("serviceAccountName") or f"ws-{ws}"
+    if cluster_scoped:
+        return ("apply the ClusterRoleBinding jupyter-pause-cluster-reader-<namespace> of "
+                "examples/kubernetes/rbac.yaml (group system:serviceaccounts:"
+                f"{meta.get('namespace') or '<namespace>'}); a WorkspaceKind's clusterRoles "
+                "are bound per namespace and cannot grant cluster-scoped reads")
+    return ("add `clusterRoles: [{name: jupyter-pause-notebook}]` to the WorkspaceKind's "
+            "spec.podTemplate.serviceAccount (examples/kubernetes/workspacekind.yaml; Kubeflow "
+            f"binds it to the Workspace's account {sa}) and apply the ClusterRoles and the "
+            "ClusterRoleBinding in examples/kubernetes/rbac.yaml")
+
+
 def selects(selector: dict | None, labels: dict[str, str]) -> bool:
     """A metav1.LabelSelector against labels (matchLabels and matchExpressions)."""
     sel = selector or {}
@@ -96,13 +141,7 @@ def selects(selector: dict | None, labels: dict[str, str]) -> bool:
 
 async def check_policy(kube: Kube, pod: dict, policy_name: str | None = None) -> Check:
     """Does a PodSnapshotPolicy select this pod (the one the server sets up, or the add-on's)?"""
-    from .gke import (
-        GKW_READINESS_GATE,
-        dns_name,
-        gkw_policy_name,
-        has_pvc,
-        workspace_key,
-    )
+    from .gke import dns_name, has_pvc, workspace_key
 
     meta = pod["metadata"]
     labels, ns = meta.get("labels") or {}, meta["namespace"]
@@ -190,6 +229,9 @@ async def run_checks(kube: Kube | None, *, pod_name: str | None, namespace: str 
     perms = [(g, r, v, namespace) for (g, r), v in wanted.items()]
     if backend == "gke":
         perms += [(g, r, v, None) for (g, r), v in NOTEBOOK_CLUSTER_PERMISSIONS.items()]
+    if is_ws:
+        # the WorkspaceKind read behind GKE Workspaces' opt-in (gkw.gkw_manages)
+        perms += [(g, r, v, None) for (g, r), v in KUBEFLOW_CLUSTER_PERMISSIONS.items()]
     for group, resource, verbs, ns in perms:
         res = Res(group, "v1", resource, namespaced=ns is not None)
         denied = []
@@ -203,8 +245,7 @@ async def run_checks(kube: Kube | None, *, pod_name: str | None, namespace: str 
             continue
         if denied:
             checks.append(Check(f"rbac {res.resource}", MISSING, f"denied: {', '.join(denied)}",
-                                "apply examples/kubernetes/rbac.yaml for the pod's service "
-                                "account"))
+                                rbac_fix(pod, cluster_scoped=ns is None)))
         else:
             checks.append(Check(f"rbac {res.resource}", OK, ", ".join(verbs)))
 
@@ -245,7 +286,23 @@ async def run_checks(kube: Kube | None, *, pod_name: str | None, namespace: str 
             checks.append(Check("storage config", MISSING, str(e), fix))
         if pod is not None:
             checks.append(await check_policy(kube, pod, policy_name))
+            release = check_release(pod, await _gkw_managed(kube, pod))
+            if release is not None:
+                checks.append(release)
     return checks
+
+
+async def _gkw_managed(kube: Kube, pod: dict) -> bool:
+    """The GKE backend's own answer (the add-on pauses through the Workspace, which scales its
+    StatefulSet to 0), from the doctor's client."""
+    from .gke import GKEBackend
+
+    backend = GKEBackend(api_client=None)
+    backend._kube = kube
+    try:
+        return await backend._gkw_managed(pod)
+    except Exception:  # noqa: BLE001 - only decides whether to warn
+        return False
 
 
 def format_table(checks: list[Check]) -> str:

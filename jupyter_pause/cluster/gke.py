@@ -39,6 +39,15 @@ from . import accelerator
 from .base import BackendError, PauseContext, ResumeContext
 from .cleanup import collect_garbage, snapshots_of
 from .cleanup import wait_gone as wait_snapshots_gone
+from .gkw import (  # noqa: F401 (GKW_READINESS_GATE: kept importable from here)
+    CHECKPOINTING,
+    GKW_READINESS_GATE,
+    READY,
+    checkpoint_state,
+    gkw_manages,
+    gkw_policy_name,
+    has_gate,
+)
 from .kube import (
     EVENTS,
     FLIGHT_ANNOTATION,
@@ -127,16 +136,6 @@ def cold_start_event(events: list[dict]) -> dict | None:
                 re.search(r"cold[ -]?start", msg, re.IGNORECASE):
             return e
     return None
-
-
-# gke-labs/workspaces providers/gke/internal/snapshot: the add-on's pod webhook adds this
-# readiness gate to every pod it manages (ReadinessGateConditionType), and its reconciler keeps a
-# policy `ws-<workspace>-policy` (policyNameFor) for every enabled Workspace.
-GKW_READINESS_GATE = "podsnapshot.gke.kubeflow.org/active"
-
-
-def gkw_policy_name(workspace: str) -> str:
-    return f"ws-{workspace}-policy"
 
 
 def has_pvc(pod: dict) -> bool:
@@ -265,6 +264,7 @@ class GKEBackend(LocalBackend):
         self._cleanup: asyncio.Task | None = None
         self._gkw_delegate: Any = None  # the Kubeflow backend while GKE Workspaces pauses
         self.policy_setup: dict[str, Any] | None = None  # what ensure_policy() found at start
+        self._pod_seen: dict | None = None  # the own pod as last read (it may be gone at a stop)
 
     # -- plumbing --
     @property
@@ -283,7 +283,9 @@ class GKEBackend(LocalBackend):
             raise BackendError("not running in a Kubernetes pod (no POD_NAME/POD_NAMESPACE and no "
                                "service-account namespace)", reason="not_in_pod",
                                hint="set POD_NAME and POD_NAMESPACE with the downward API")
-        return await self._k(self.kube.get(PODS, name, ns))
+        pod = await self._k(self.kube.get(PODS, name, ns))
+        self._pod_seen = pod
+        return pod
 
     async def _k(self, aw: Any) -> Any:
         """Await a Kube call; turn its error into a BackendError with a hint."""
@@ -350,16 +352,24 @@ class GKEBackend(LocalBackend):
 
     async def _gkw_managed(self, pod: dict) -> bool:
         """Does the GKE Workspaces add-on snapshot this pod? Then a policy and trigger of ours
-        would make two policies select one pod: join the add-on's flow instead."""
+        would make two policies select one pod: join the add-on's flow instead. The add-on's own
+        rule decides (gkw.gkw_manages: a Workspace opt-out, TPUs, a Workspace or a WorkspaceKind
+        opt-in); only when the Workspace is unreadable do its marks on the pod (the readiness
+        gate) and in the namespace (its ws-<workspace>-policy) stand in for it."""
         ws = (pod["metadata"].get("labels") or {}).get(WORKSPACE_LABEL)
         if not ws:
             return False
-        gates = (pod.get("spec") or {}).get("readinessGates") or []
-        if any(g.get("conditionType") == GKW_READINESS_GATE for g in gates):
+        ns = pod["metadata"]["namespace"]
+        try:
+            obj = await self.kube.get_or_none(WORKSPACES, ws, ns)
+        except KubeError:
+            obj = None
+        if obj is not None:
+            return await gkw_manages(self.kube, obj, pod)
+        if has_gate(pod):
             return True
         try:
-            pol = await self.kube.get_or_none(POLICIES, gkw_policy_name(ws),
-                                              pod["metadata"]["namespace"])
+            pol = await self.kube.get_or_none(POLICIES, gkw_policy_name(ws), ns)
         except KubeError:
             return False
         return pol is not None and ((pol.get("spec") or {}).get("selector") or {}).get(
@@ -403,6 +413,9 @@ class GKEBackend(LocalBackend):
         trig = await self._create_trigger(ctx, ns, pod, workspace)
         tname = trig["metadata"]["name"]
         self._pause["trigger"] = tname
+        # postCheckpoint: stop: from here GKE may snapshot the pod at any moment and then stop
+        # it; nothing may be written to its volumes after that (writes_held()).
+        self._pause["hold_writes"] = stop == "policy"
         try:
             snap = await self._wait_trigger(ctx, ns, tname)
             await self._wait_snapshot(ctx, ns, snap)
@@ -505,6 +518,42 @@ class GKEBackend(LocalBackend):
         live, why = restore_reason(pod, trigger, await self._gpu(pod),
                                    await self._pod_events(pod), expected)
         return {"live": live, "reason": why, "snapshot": snap}
+
+    async def writes_held(self) -> str | None:
+        """A pod snapshot of this pod was taken (or is under way) and the pod is stopped after
+        it: our own pause with postCheckpoint: stop (its trigger neither failed nor gone), or
+        GKE Workspaces' checkpoint (the Workspace's checkpoint-state annotation Checkpointing or
+        Ready; gke-labs/workspaces snapshot.go AnnotationCheckpointState, reconcile.go, where
+        Ready stays until the restored pod is Ready). GKE's Pod snapshot troubleshooting: writes
+        to a PVC after the snapshot make the restore fail (gke-labs/pod-migration issue 15)."""
+        p = self._pause
+        if p.get("hold_writes") and not await self._restored_here():
+            trig: dict | None = {}
+            try:
+                trig = await self.kube.get_or_none(TRIGGERS, p["trigger"], p["namespace"])
+            except KubeError:
+                pass  # unknown: the pause's own record holds
+            c = condition(trig, "Triggered") if trig else None
+            if trig is not None and not (c is not None and c.get("status") == "False"):
+                return (f"this pod's pod snapshot (trigger {p['trigger']}) was taken with "
+                        "postCheckpoint: stop, and GKE stops the pod after it")
+        try:
+            try:
+                pod = await self.own_pod()
+            except BackendError:
+                # a stopped pod may be gone already; its Workspace label is all that is needed
+                if self._pod_seen is None:
+                    raise
+                pod = self._pod_seen
+            state = await checkpoint_state(self.kube, pod)
+        except (BackendError, KubeError) as e:
+            self.log.debug("jupyter-pause: GKE Workspaces' checkpoint-state not read: %s", e)
+            return None
+        if state in (CHECKPOINTING, READY):
+            ws = pod["metadata"]["labels"][WORKSPACE_LABEL]
+            return (f"GKE Workspaces snapshotted this pod (Workspace {ws} checkpoint-state "
+                    f"{state}) and stops it after the snapshot")
+        return None
 
     async def _pod_events(self, pod: dict) -> list[dict]:
         """Events about this very pod (best effort: reading events may not be granted)."""

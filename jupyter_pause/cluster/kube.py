@@ -370,6 +370,9 @@ class Kube:
 # RoleBinding or a WorkspaceKind's serviceAccount.clusterRoles binds it), and doctor reviews them.
 NOTEBOOK_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("", "pods"): ("get", "list", "watch"),  # the own pod: identity, PodRestored
+    # GKE's Warning event when it cold-starts a pod instead of restoring it (read-only; without
+    # it the cold-start reason comes from what the pause recorded)
+    ("", "events"): ("list",),
     ("apps", "statefulsets"): ("patch",),  # release(): scale the own StatefulSet to 0
     (KUBEFLOW_GROUP, "workspaces"): ("get", "list", "watch", "patch"),  # spec.paused
     (SNAPSHOT_GROUP, "podsnapshotpolicies"): ("get", "create"),

@@ -25,6 +25,12 @@ from traitlets import Float
 
 from .base import BackendError, PauseContext, ResumeContext
 from .gke import GKEBackend, _unreachable, restore_reason
+from .gkw import (  # noqa: F401 (GKW_READINESS_GATE, gkw_enabled: kept importable from here)
+    GKW_ENABLED_ANNOTATION,
+    GKW_READINESS_GATE,
+    gkw_enabled,
+    gkw_manages,
+)
 from .kube import (
     GKW_LAST_CHECKPOINT_ANNOTATION,
     GKW_STATE_ANNOTATION,
@@ -32,47 +38,10 @@ from .kube import (
     KUBEFLOW_VERSION,
     PS_NAME_ANNOTATION,
     WORKSPACE_LABEL,
-    WORKSPACEKINDS,
     WORKSPACES,
     KubeError,
     condition,
 )
-
-GKW_ENABLED_ANNOTATION = "podsnapshot.gke.kubeflow.org/enabled"
-# The add-on treats GKE Pod Migration's opt-in as a snapshot opt-in too (cache.go).
-POD_MIGRATION_ENABLED_ANNOTATION = "pod-migration.gke.io/enabled"
-# The add-on's pod webhook adds this readiness gate to every pod it manages (webhook.go).
-GKW_READINESS_GATE = "podsnapshot.gke.kubeflow.org/active"
-TPU_RESOURCE = "google.com/tpu"
-
-
-def _opted(ann: dict, value: str) -> bool:
-    return any(str(ann.get(k, "")).lower() == value
-               for k in (GKW_ENABLED_ANNOTATION, POD_MIGRATION_ENABLED_ANNOTATION))
-
-
-def _requests_tpu(kind: dict, pod_config: str) -> bool:
-    options = ((kind.get("spec") or {}).get("podTemplate") or {}).get("options") or {}
-    for v in (options.get("podConfig") or {}).get("values") or []:
-        if v.get("id") == pod_config:
-            res = (v.get("spec") or {}).get("resources") or {}
-            return any(TPU_RESOURCE in (res.get(f) or {}) for f in ("limits", "requests"))
-    return False
-
-
-def gkw_enabled(ws: dict, kind: dict | None) -> bool:
-    """GKE Workspaces' snapshotEnabled (cache.go) for a Workspace and its WorkspaceKind (None: the
-    kind could not be read, where the add-on, too, goes by the Workspace's own annotation)."""
-    ann = ws["metadata"].get("annotations") or {}
-    if str(ann.get(GKW_ENABLED_ANNOTATION, "")).lower() == "false":
-        return False
-    if kind is None:
-        return _opted(ann, "true")
-    pod_config = (((ws.get("spec") or {}).get("podTemplate") or {}).get("options") or {}).get(
-        "podConfig") or ""
-    if _requests_tpu(kind, pod_config):
-        return False
-    return _opted(ann, "true") or _opted(kind["metadata"].get("annotations") or {}, "true")
 
 
 class KubeflowBackend(GKEBackend):
@@ -118,29 +87,12 @@ class KubeflowBackend(GKEBackend):
         return ws, ns, await self._k(self.kube.get(WORKSPACES, ws, ns))
 
     async def _gkw(self, obj: dict) -> bool:
-        """Does GKE Workspaces' snapshot add-on manage this Workspace (see gkw_enabled)?"""
-        kind_name = (obj.get("spec") or {}).get("kind")
-        kind = None
-        if kind_name:
-            try:  # cluster-scoped: needs rbac.yaml's ClusterRoleBinding, not the kind's clusterRoles
-                kind = await self.kube.get(WORKSPACEKINDS, kind_name)
-            except KubeError:
-                kind = None
-        if kind is not None:
-            return gkw_enabled(obj, kind)
-        if gkw_enabled(obj, None):
-            return True
-        if str((obj["metadata"].get("annotations") or {}).get(GKW_ENABLED_ANNOTATION, "")
-               ).lower() == "false":
-            return False
-        # The kind is unreadable (no RBAC): the add-on's pod webhook marked this pod if it
-        # manages the Workspace (it decided with the kind in hand when the pod was created).
+        """Does GKE Workspaces' snapshot add-on manage this Workspace (gkw.gkw_manages)?"""
         try:
             pod = await self.own_pod()
         except BackendError:
-            return False
-        gates = (pod.get("spec") or {}).get("readinessGates") or []
-        return any(g.get("conditionType") == GKW_READINESS_GATE for g in gates)
+            pod = None
+        return await gkw_manages(self.kube, obj, pod)
 
     async def snapshot(self, ctx: PauseContext) -> dict[str, Any]:
         ws, ns, obj = await self._workspace()
@@ -149,8 +101,11 @@ class KubeflowBackend(GKEBackend):
         self._pause = {"pod": pod["metadata"]["name"], "uid": pod["metadata"]["uid"],
                        "hostname": socket.gethostname(), "namespace": ns, "workspace": ws}
         # The pod snapshot (if any) is GKE Workspaces' job, started by release() setting paused.
+        # The add-on stops the pod after it (postCheckpoint: stop, reconcile.go): from then on
+        # the pause writes nothing to the pod's volumes (the lifecycle's hold_writes).
+        managed = await self._gkw(obj)
         return {"skipped": True, "workspace": ws, "backend": self.name,
-                "gke_workspaces": await self._gkw(obj)}
+                "gke_workspaces": managed, "hold_writes": managed}
 
     async def release(self, ctx: PauseContext) -> dict[str, Any]:
         ws, ns, obj = await self._workspace()

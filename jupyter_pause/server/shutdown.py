@@ -38,6 +38,8 @@ from .journal import utcnow_iso
 if TYPE_CHECKING:
     from .lifecycle import Lifecycle
 
+# How long the shutdown may spend asking the backend whether the pod was just snapshotted.
+HOLD_CHECK_S = 5.0
 # How long the not-saved kernels' previous checkpoints may be looked up after the budget (it is
 # only to name them in the journal; the server must still exit in time).
 PREVIOUS_LOOKUP_S = 3.0
@@ -71,6 +73,14 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
     pause = lc.state.get("pause") or {}
     if pause and not pause.get("offered"):
         return None  # paused: that pause's checkpoint is the way back, and it is newer
+    held = await writes_held(lc, min(left(), HOLD_CHECK_S))
+    if held:
+        # The pod was just snapshotted and is stopped after it: a journal line or a checkpoint
+        # written now lands on its volumes after the snapshot, and GKE's restore of a pod whose
+        # PVC changed after the snapshot fails (its Pod snapshot troubleshooting page). The
+        # restored process is the way back, or on a cold start the last checkpoint.
+        lc.log.warning("jupyter_pause: no shutdown checkpoint, nothing written: %s", held)
+        return None
 
     records = await kbridge.running_kernels(serverapp)
     flight = Flight(id=f"stop-{uuid.uuid4().hex[:12]}", kind="stop", trigger=trigger,
@@ -172,6 +182,20 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
         lc.step = None
         if lc.flight is flight:
             lc.flight = None
+
+
+async def writes_held(lc: Lifecycle, timeout: float) -> str | None:
+    """The backend's reason why nothing may be written now (Backend.writes_held), or None. When
+    it cannot tell in time, the checkpoint goes ahead: losing the kernels is the worse outcome."""
+    check = getattr(lc.backend, "writes_held", None)
+    if check is None:
+        return None
+    try:
+        return await asyncio.wait_for(check(), max(timeout, 0.1))
+    except Exception as e:  # noqa: BLE001 - a timeout or an API error: checkpoint as usual
+        lc.log.warning("jupyter_pause: could not tell whether the pod was just snapshotted "
+                       "(%s); checkpointing as usual", f"{type(e).__name__}: {e}".rstrip(": "))
+        return None
 
 
 async def _name_previous(lc: Lifecycle, records: list[KernelRecord],

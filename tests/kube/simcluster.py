@@ -14,6 +14,19 @@ so the same simulation drives both test tiers. Every fault the product must surv
 - `image_pull_fails`: containers wait in ImagePullBackOff.
 - `stuck_deleting`: snapshots keep their finalizer.
 - Pods with `spec.schedulingGates` stay PodScheduled=False/SchedulingGated.
+
+Kubeflow Notebooks v2 and the GKE Workspaces add-on are played as the real controllers behave:
+
+- the Workspace controller runs each Workspace's pod as ServiceAccount `ws-<name>`
+  (generateServiceAccountName / generateStatefulSet) and writes the whole WorkspaceStatus
+  (generateWorkspaceStatus + Status().Update of the Go struct, kubeflow/notebooks notebooks-v2
+  workspace_controller.go), so a status the real CRD requires is always complete;
+- the add-on decides who it manages like snapshotEnabled (gke-labs/workspaces
+  providers/gke/internal/snapshot/cache.go): an explicit "false" on the Workspace, then a TPU
+  podConfig, then the Workspace's opt-in, then the WorkspaceKind's;
+- its pod webhook (webhook.go mutatePod, on Pod CREATE) adds the readiness gate
+  podsnapshot.gke.kubeflow.org/active once, and `podsnapshot.gke.io/ps-name` from the Workspace's
+  last-checkpoint-name, to the pods of the Workspaces it manages.
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ from kubernetes.client.rest import ApiException
 G, V = "podsnapshot.gke.io", "v1"
 KF, KFV = "kubeflow.org", "v1beta1"
 GPU = "nvidia.com/gpu"
+TPU = "google.com/tpu"
 WS_LABEL = "notebooks.kubeflow.org/workspace-name"
 PS_NAME = "podsnapshot.gke.io/ps-name"
 FINALIZER = "podsnapshot.gke.io/cleanup"
@@ -91,6 +105,36 @@ def _image(pod: dict) -> str:
 
 def selector_match(sel: dict, labels: dict) -> bool:
     return all(labels.get(k) == v for k, v in ((sel or {}).get("matchLabels") or {}).items())
+
+
+def ws_service_account(workspace: str) -> str:
+    """workspace_controller.go generateServiceAccountName (short names: no hash suffix)."""
+    return f"ws-{workspace}"
+
+
+def workspace_status(name: str, old: dict, state: str, message: str, paused: bool,
+                     pod: dict | None) -> dict:
+    """The whole WorkspaceStatus as generateWorkspaceStatus writes it (workspace_controller.go):
+    pauseTime set while paused, podTemplatePod with the ServiceAccount, lastRunningTime on the way
+    into Running. The v1.20 test apiserver reads "" in a custom resource as null and rejects it,
+    so fields the controller would leave "" (a missing pod's name) get a non-empty value."""
+    now_ms = int(time.time() * 1000)
+    pod_spec = (pod or {}).get("spec") or {}
+    running_since = old.get("lastRunningTime") or 0
+    if state == "Running" and (old.get("state") != "Running" or not running_since):
+        running_since = now_ms
+    return {
+        "state": state, "stateMessage": message,
+        "pauseTime": (old.get("pauseTime") or now_ms) if paused else 0,
+        "lastRunningTime": running_since, "pendingRestart": False,
+        "activity": old.get("activity") or {"lastActivity": 0, "lastUpdate": 0},
+        "podTemplateOptions": old.get("podTemplateOptions") or {"imageConfig": {},
+                                                                "podConfig": {}},
+        "podTemplatePod": {"name": (pod or {}).get("metadata", {}).get("name") or f"ws-{name}-0",
+                           "nodeName": pod_spec.get("nodeName") or "none",
+                           "serviceAccountName": ws_service_account(name),
+                           "containers": [{"name": c["name"]}
+                                          for c in pod_spec.get("containers") or []]}}
 
 
 def gpu_request(pod: dict) -> int:
@@ -175,6 +219,7 @@ class SimCluster:
         self.core.patch_namespaced_pod_status(name, self.ns, {"status": status})
 
     def create_pod(self, body: dict) -> None:
+        body = self.gkw_pod_webhook(body)
         try:
             self.core.create_namespaced_pod(self.ns, body)
         except ApiException as e:
@@ -219,6 +264,8 @@ class SimCluster:
                 tmpl = json.loads(tmpl) if isinstance(tmpl, str) else tmpl
                 spec = tmpl or {"containers": [{"name": "jupyterlab", "image": "jupyter:1",
                                                 "resources": {"limits": {GPU: "1"}}}]}
+                # generateStatefulSet: the pod runs as the Workspace's own ServiceAccount
+                spec.setdefault("serviceAccountName", ws_service_account(name))
                 body = {"metadata": {"name": sts_name, "labels": {WS_LABEL: name},
                                      "ownerReferences": [{
                                          "apiVersion": f"{KF}/{KFV}", "kind": "Workspace",
@@ -244,19 +291,16 @@ class SimCluster:
                 elif pod["metadata"].get("deletionTimestamp"):
                     state = "Terminating"
             st = ws.get("status") or {}
-            if st.get("state") != state or st.get("stateMessage", "") != msg:
-                # Never "" or null for a field that is absent: the client sends "" as null, and
-                # the apiserver's merge patch then stores null, which the schema rejects.
-                new: dict[str, Any] = {"state": state}
-                if msg or "stateMessage" in st:
-                    new["stateMessage"] = msg or None
-                self.patch_cr_status("workspaces", name, new, KF, KFV)
+            msg = msg or f"Workspace is {state}"
+            if st.get("state") != state or st.get("stateMessage") != msg:
+                self.patch_cr_status("workspaces", name, workspace_status(
+                    name, st, state, msg, paused, pod), KF, KFV)
 
     def gkw_addon(self, ws: dict) -> bool:
         """GKE Workspaces' snapshot add-on: paused false->true while Running becomes a pod
         snapshot first (webhook + reconciler, as in gke-labs/workspaces). True = handled now."""
         ann = ws["metadata"].get("annotations") or {}
-        if ann.get(GKW + "enabled") != "true":
+        if not self.addon_manages(ws):
             return False
         name, state = ws["metadata"]["name"], ann.get(GKW + "checkpoint-state")
         paused = bool((ws.get("spec") or {}).get("paused"))
@@ -327,6 +371,61 @@ class SimCluster:
             return True
         return False
 
+    def addon_manages(self, ws: dict) -> bool:
+        """The add-on's snapshotEnabled (cache.go), the kind read live as its cache would."""
+        ann = ws["metadata"].get("annotations") or {}
+
+        def opted(a: dict) -> bool:
+            return any(str(a.get(k, "")).lower() == "true"
+                       for k in (GKW + "enabled", "pod-migration.gke.io/enabled"))
+
+        if str(ann.get(GKW + "enabled", "")).lower() == "false":
+            return False
+        kind_name = (ws.get("spec") or {}).get("kind") or ""
+        if not kind_name:
+            return False
+        try:
+            kind = self.custom.get_cluster_custom_object(KF, KFV, "workspacekinds", kind_name)
+        except ApiException:
+            return opted(ann)  # the kind unreadable: the Workspace's own annotation
+        pc = ((ws.get("spec") or {}).get("podTemplate") or {}).get("options", {}).get("podConfig")
+        values = ((kind.get("spec") or {}).get("podTemplate") or {}).get("options", {}).get(
+            "podConfig", {}).get("values") or []
+        for v in values:  # podConfigRequestsTPU
+            res = (v.get("spec") or {}).get("resources") or {}
+            if v.get("id") == pc and any(TPU in (res.get(f) or {})
+                                         for f in ("limits", "requests")):
+                return False
+        return opted(ann) or opted(kind["metadata"].get("annotations") or {})
+
+    def gkw_pod_webhook(self, body: dict) -> dict:
+        """webhook.go mutatePod on Pod CREATE: a managed Workspace's pod gets the readiness gate
+        (once) and ps-name = the Workspace's last-checkpoint-name; TPU pods are left alone."""
+        meta = body.get("metadata") or {}
+        ws_name = (meta.get("labels") or {}).get(WS_LABEL)
+        if not ws_name:
+            return body
+        spec = body.get("spec") or {}
+        for c in spec.get("containers") or []:
+            res = c.get("resources") or {}
+            if any(TPU in (res.get(f) or {}) for f in ("limits", "requests")):
+                return body
+        try:
+            ws = self.custom.get_namespaced_custom_object(KF, KFV, self.ns, "workspaces",
+                                                          ws_name)
+        except ApiException:
+            return body
+        if not self.addon_manages(ws):
+            return body
+        body = copy.deepcopy(body)
+        gates = body["spec"].setdefault("readinessGates", [])
+        if not any(g.get("conditionType") == GKW + "active" for g in gates):
+            gates.append({"conditionType": GKW + "active"})
+        last = (ws["metadata"].get("annotations") or {}).get(GKW + "last-checkpoint-name")
+        if last:
+            body["metadata"].setdefault("annotations", {})[PS_NAME] = last
+        return body
+
     def statefulset_controller(self) -> None:
         for sts in self._raw(self.apps.list_namespaced_stateful_set, self.ns).get("items") or []:
             name = sts["metadata"]["name"]
@@ -341,21 +440,6 @@ class SimCluster:
                 meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet",
                                             "name": name, "uid": sts["metadata"]["uid"],
                                             "controller": True}]
-                ws = meta["labels"].get(WS_LABEL)
-                if ws:  # GKE Workspaces' pod webhook pins the last checkpoint with ps-name
-                    try:
-                        wso = self.custom.get_namespaced_custom_object(KF, KFV, self.ns,
-                                                                       "workspaces", ws)
-                        wann = wso["metadata"].get("annotations") or {}
-                        last = wann.get("podsnapshot.gke.kubeflow.org/last-checkpoint-name")
-                        if last:
-                            meta.setdefault("annotations", {})[PS_NAME] = last
-                        if wann.get(GKW + "enabled") == "true":
-                            # and adds its readiness gate (snapshot.go ReadinessGateConditionType)
-                            tmpl.setdefault("spec", {}).setdefault("readinessGates", []).append(
-                                {"conditionType": GKW + "active"})
-                    except ApiException:
-                        pass
                 tmpl["metadata"] = meta
                 self.create_pod({"apiVersion": "v1", "kind": "Pod", **tmpl})
                 self.log.append(f"sts created {pod_name}")

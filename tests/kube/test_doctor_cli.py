@@ -153,3 +153,53 @@ async def test_doctor_policy_that_does_not_select_or_resumes_with_a_pvc(apiserve
     checks = await run_checks(Kube(admin), pod_name="nb", namespace=NS, config=Config())
     (c,) = [c for c in checks if c.name == "snapshot policy"]
     assert c.status == "missing" and "postCheckpoint: resume" in c.detail and "PVC" in c.detail
+
+
+async def test_doctor_workspace_pod_reviews_the_kind_read_and_points_to_the_workspacekind(
+        apiserver, admin, sim):
+    """A Kubeflow Workspace pod runs as ws-<workspace> and gets only the ClusterRoles its
+    WorkspaceKind names in podTemplate.serviceAccount.clusterRoles, each bound by a namespaced
+    RoleBinding (kubeflow/notebooks notebooks-v2 workspacekind_types.go `ClusterRoles`,
+    workspace_controller.go generateServiceAccountName / reconcileRoleBindings). The cluster-scoped
+    WorkspaceKind read behind GKE Workspaces' opt-in (gke-labs/workspaces cache.go) can only come
+    from rbac.yaml's ClusterRoleBinding, so doctor reviews it and says where each grant lives."""
+    pod = make_workspace(sim)
+    apiserver.call(apiserver.server.deny, "get", "workspacekinds")
+    apiserver.call(apiserver.server.deny, "delete", "podsnapshots")
+    for backend_name in ("kubeflow", "gke"):
+        checks = {c.name: c for c in await run_checks(
+            Kube(admin), pod_name=pod, namespace=NS, backend=backend_name, config=Config())}
+        kinds = checks["rbac workspacekinds.kubeflow.org"]
+        assert (kinds.status, kinds.detail) == ("missing", "denied: get")
+        assert "ClusterRoleBinding" in kinds.fix and "system:serviceaccounts:user-ns" in kinds.fix
+        snaps = checks["rbac podsnapshots.podsnapshot.gke.io"]
+        assert snaps.status == "missing" and "denied: delete" in snaps.detail
+        assert "podTemplate.serviceAccount" in snaps.fix and "jupyter-pause-notebook" in snaps.fix
+        assert "ws-ws1" in snaps.fix and "for the pod's service account" not in snaps.fix
+
+
+async def test_doctor_warns_that_a_statefulset_pod_with_a_pvc_keeps_its_accelerator(
+        apiserver, admin, sim):
+    """notebook-statefulset.yaml mounts its home from a volumeClaimTemplate, so a pause uses
+    postCheckpoint: stop (GKE's rule for PVCs) and GKE leaves the pod Succeeded; the StatefulSet
+    controller deletes a Succeeded pod and creates it again (kubernetes stateful_set_control.go
+    processReplica: `isFailed(replicas[i]) || isSucceeded(replicas[i])`), and GKE restores the
+    new pod at once. Doctor says so before the first pause; a bare pod with a PVC stays stopped."""
+    from .test_gke_pvc import with_pvc
+
+    tmpl = with_pvc(notebook_pod("x", labels={"app": "nb", "jupyter-pause.io/workspace": "nb"}))
+    sim.apps.create_namespaced_stateful_set(NS, {
+        "metadata": {"name": "nb"},
+        "spec": {"replicas": 1, "serviceName": "nb", "selector": {"matchLabels": {"app": "nb"}},
+                 "template": {"metadata": {"labels": tmpl["metadata"]["labels"]},
+                              "spec": tmpl["spec"]}}})
+    sim.wait(lambda: any(p["metadata"]["name"] == "nb-0" and p["status"].get("phase") ==
+                         "Running" for p in sim.pods()), what="nb-0 running")
+    sim.create_pod(with_pvc(notebook_pod("bare")))  # Pending: one GPU node; doctor reads it
+    checks = {c.name: c for c in await run_checks(Kube(admin), pod_name="nb-0", namespace=NS,
+                                                  config=Config())}
+    c = checks["accelerator release"]
+    assert c.status == "warn" and "StatefulSet nb re-creates this pod" in c.detail
+    assert "kubectl scale statefulset/nb --replicas=0" in c.fix
+    checks = await run_checks(Kube(admin), pod_name="bare", namespace=NS, config=Config())
+    assert "accelerator release" not in {c.name for c in checks}

@@ -55,9 +55,40 @@ async def test_pause_and_crash_fallback_with_the_shipped_roles(identities, sim, 
     out = await resume_workspace(Kube(resumer), NS, "nb", poll=0.05, timeout=20,
                                  restored_condition_wait=0.3, discard_wait=5)
     assert out["state"] == "cold_started", out
-    # The notebook may not read events: the verdict still comes, without GKE's words.
     assert await b.restored_live(resume_ctx(recorder)) is False
     assert snap["snapshot"]
+
+
+@pytest.mark.parametrize("events", [True, False])
+async def test_gkes_cold_start_warning_is_readable_with_the_shipped_role(
+        apiserver, sim, recorder, events):
+    """GKE's only API signal of a skipped restore is a Warning event on the pod (reason
+    GKEPodSnapshotting, "falling back to a cold start of pod", gke-labs/pod-migration issue 13).
+    The shipped Role grants `list` on events so the notebook can quote it; a Role without it
+    (an older rbac.yaml) gets 403 and still gets a verdict, from its own records."""
+    srv = apiserver.server
+    apiserver.call(setattr, srv, "user", "system:admin")
+    perms = {**NOTEBOOK_PERMISSIONS, **NOTEBOOK_CLUSTER_PERMISSIONS}
+    if not events:
+        perms.pop(("", "events"), None)
+    apiserver.call(srv.grant, NOTEBOOK_SA, "nb-token", perms)
+    apiserver.call(srv.grant, "resumer@example.com", "resumer-token", RESUMER_PERMISSIONS)
+    notebook = api_client_for(apiserver.url, token="nb-token")
+    resumer = api_client_for(apiserver.url, token="resumer-token")
+    pod = make_statefulset(sim)
+    b = GKEBackend(api_client=notebook, pod_name=pod, namespace=NS, gpu_model="nvidia-l4",
+                   trigger_timeout=10, snapshot_timeout=10, restored_condition_wait=0)
+    ctx = pause_ctx(recorder)
+    await b.snapshot(ctx)
+    await b.release(ctx)
+    await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 10, "pod stopped")
+    sim.restore_mode = "skip"  # GKE skips the matching restore and warns
+    out = await resume_workspace(Kube(resumer), NS, "nb", poll=0.05, timeout=20,
+                                 restored_condition_wait=0.3)
+    assert out["state"] == "cold_started", out
+    assert await b.restored_live(resume_ctx(recorder)) is False
+    assert b.restore_reason.startswith("pod was cold-started")
+    assert ("falling back to a cold start" in b.restore_reason) is events, b.restore_reason
 
 
 async def test_each_identity_is_refused_what_its_role_lacks(identities, apiserver, sim):

@@ -154,3 +154,48 @@ async def test_the_addons_answer_to_the_pause_is_followed(apiserver, admin, note
                                 STATE: "Ready", LAST: "snap-1"}}})
     rel = await asyncio.wait_for(task, 15)
     assert rel.get("checkpoint_state") == "Ready" and rel.get("snapshot") == "snap-1", rel
+
+
+async def test_gke_backend_follows_the_addons_rule_not_its_leftover_marks(notebook_client, kfsim):
+    """The GKE backend joins the add-on's flow exactly when the add-on would answer the pause:
+    snapshotEnabled (cache.go), with the kind's opt-in. The add-on's marks outlive an opt-out: the
+    readiness gate stays on a pod made before it (webhook.go mutatePod runs on CREATE only), and
+    ws-<name>-policy stays until the Workspace is deleted (reconcile.go retirePolicy). Trusting
+    them, the backend would set spec.paused and wait for a checkpoint nobody takes."""
+    from jupyter_pause.cluster.gke import GKEBackend
+
+    pod = await asyncio.to_thread(start_workspace, kfsim, example_kind())  # the kind opts in
+    b = GKEBackend(api_client=notebook_client, pod_name=pod, namespace=NS,
+                   gpu_model="nvidia-l4", restored_condition_wait=0)
+    assert await b.ensure_policy() == {"policy": "ws-ws1-policy", "managed_by": "gke-workspaces"}
+    await asyncio.to_thread(kfsim.custom.patch_namespaced_custom_object, KF, KFV, NS,
+                            "workspaces", "ws1",
+                            {"metadata": {"annotations": {GKW_ENABLED: "false"}}})
+    live = await asyncio.to_thread(kfsim.core.read_namespaced_pod, pod, NS)
+    assert [g.condition_type for g in live.spec.readiness_gates] == [
+        "podsnapshot.gke.kubeflow.org/active"]  # the gate is still there
+    assert await b.ensure_policy() == {"policy": "jp-ws1", "managed_by": None}
+
+
+async def test_kubeflow_verdict_quotes_gkes_cold_start_warning(notebook_client, kfsim, recorder):
+    """After the add-on's resume, GKE may skip the restore of the pinned snapshot (ps-name, set by
+    webhook.go mutatePod) and say so only in a Warning event (reason GKEPodSnapshotting, "falling
+    back to a cold start of pod", gke-labs/pod-migration issue 13): the Kubeflow backend's verdict
+    reads it as the GKE backend's does."""
+    pod = await asyncio.to_thread(start_workspace, kfsim, example_kind())
+    b = KubeflowBackend(api_client=notebook_client, pod_name=pod, namespace=NS,
+                        gpu_model="nvidia-l4", restored_condition_wait=0, checkpoint_timeout=15)
+    ctx = pause_ctx(recorder)
+    await b.snapshot(ctx)
+    assert (await b.release(ctx)).get("checkpoint_state") == "Ready"
+    await asyncio.to_thread(kfsim.wait, lambda: not kfsim.pods(), 10, "pod stopped")
+    kfsim.restore_mode = "skip"
+    await asyncio.to_thread(kfsim.custom.patch_namespaced_custom_object, KF, KFV, NS,
+                            "workspaces", "ws1", {"spec": {"paused": False}})
+    await asyncio.to_thread(kfsim.wait, lambda: any(
+        p["status"].get("phase") == "Running" for p in kfsim.pods()), 10, "pod back")
+    verdict = await KubeflowBackend(api_client=notebook_client, pod_name=pod, namespace=NS,
+                                    gpu_model="nvidia-l4",
+                                    restored_condition_wait=0).restore_verdict()
+    assert verdict["live"] is False
+    assert "falling back to a cold start" in verdict["reason"], verdict
