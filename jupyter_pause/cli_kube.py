@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from typing import Any
 
@@ -85,11 +86,34 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     checks = pre + asyncio.run(run_checks(kube, pod_name=name, namespace=ns, backend=args.backend,
                                           storage_config=args.storage_config,
                                           policy_name=getattr(args, "policy", None)))
+    checks.append(store_check())
     if args.json:
         print(json.dumps([c.to_dict() for c in checks], indent=1))
     else:
         print(format_table(checks))
     return EXIT_FAIL if any(c.status == MISSING for c in checks) else EXIT_OK
+
+
+def store_check() -> Any:
+    """The checkpoint store the server would use, and the credentials it is opened with
+    (each ecosystem's default chain: nothing is configured by jupyter-pause)."""
+    from .checkpoint.credentials import describe_credentials
+    from .checkpoint.store import default_store_url
+    from .cluster.doctor import OK, WARN, Check, load_server_config
+
+    url = os.environ.get("JUPYTER_PAUSE_STORE_URL", "")
+    if not url:
+        try:
+            config, _ = load_server_config()
+            url = str(config.get("PauseApp", {}).get("store_url", "") or "")
+        except Exception:  # noqa: BLE001 (reported by the "server config" check)
+            url = ""
+    url = url or default_store_url()
+    how = describe_credentials(url)
+    if "no credentials found" in how or "not installed" in how:
+        return Check("checkpoint store", WARN, f"{url}: {how}",
+                     "see the README's object store credentials")
+    return Check("checkpoint store", OK, f"{url}: {how}")
 
 
 def cmd_snapshots(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 from traitlets.config import Config
 
@@ -203,3 +204,28 @@ async def test_doctor_warns_that_a_statefulset_pod_with_a_pvc_keeps_its_accelera
     assert "kubectl scale statefulset/nb --replicas=0" in c.fix
     checks = await run_checks(Kube(admin), pod_name="bare", namespace=NS, config=Config())
     assert "accelerator release" not in {c.name for c in checks}
+
+
+def test_doctor_names_the_store_and_its_credentials(tmp_path, capsys, monkeypatch):
+    """The store line says which credential source the object store will be opened with, from
+    each ecosystem's own chain (here botocore's: environment variables first)."""
+    monkeypatch.setenv("JUPYTER_PAUSE_STORE_URL", "s3://team-bucket/checkpoints")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "example")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    cli.main(["doctor", "--json", "--kubeconfig", str(tmp_path / "missing")])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)}
+    store = checks["checkpoint store"]
+    assert store["status"] == "ok", store
+    assert "s3://team-bucket/checkpoints" in store["detail"]
+    assert "environment variables AWS_ACCESS_KEY_ID" in store["detail"], store
+
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    cli.main(["doctor", "--json", "--kubeconfig", str(tmp_path / "missing")])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)}
+    assert checks["checkpoint store"]["status"] == "warn", checks["checkpoint store"]
+    assert "no credentials found" in checks["checkpoint store"]["detail"]
