@@ -113,3 +113,43 @@ def workspace(name: str, kind: str = "jupyterlab-pause", annotations: dict | Non
 # SimCluster itself plays the Workspace controller and the GKE Workspaces add-on as the real ones
 # behave (see its module docstring); the name stays for the tests that ask for Kubeflow by name.
 KubeflowSim = SimCluster
+
+
+def kubeconfig(tmp_path, url: str) -> str:
+    """A kubeconfig for the test API server, with a bearer token the server accepts."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: t, cluster: {{server: "{url}"}}}}]
+users: [{{name: u, user: {{token: abc}}}}]
+contexts: [{{name: t, context: {{cluster: t, user: u, namespace: {NS}}}}}]
+current-context: t
+""")
+    return str(path)
+
+
+def gke_server_config(tmp_path, url: str, *, pause: dict[str, Any] | None = None,
+                      **gke: Any) -> dict[str, Any]:
+    """A real jupyter_server's config with the GKE backend against the test API server; `pause`
+    and `gke` add to or override the PauseApp and GKEBackend settings."""
+    for name in ("state", "store"):
+        (tmp_path / name).mkdir(exist_ok=True)
+    return {
+        "ServerApp": {"jpserver_extensions": {"jupyter_pause": True}},
+        "PauseApp": {
+            "backend": "gke",
+            "state_dir": str(tmp_path / "state"),
+            "store_url": str(tmp_path / "store"),
+            "key_path": str(tmp_path / "checkpoint.key"),
+            "busy_timeout": 2.0,
+            "accelerator": {"type": "nvidia-l4", "count": 1},
+            "activity_interval": 0,
+            **(pause or {}),
+        },
+        "GKEBackend": {
+            "kubeconfig": kubeconfig(tmp_path, url),
+            "pod_name": "nb", "namespace": NS, "gpu_model": "nvidia-l4",
+            "trigger_timeout": 20.0, "snapshot_timeout": 20.0, "restored_condition_wait": 0.0,
+            **gke,
+        },
+    }

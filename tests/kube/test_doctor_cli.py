@@ -11,21 +11,9 @@ from jupyter_pause import cli
 from jupyter_pause.cluster.doctor import run_checks
 from jupyter_pause.cluster.kube import Kube
 
-from .conftest import NS, notebook_pod, pause_ctx
+from .conftest import NS, kubeconfig, notebook_pod, pause_ctx
 from .test_gke_backend import backend, start_pod
 from .test_resume import make_workspace, pause_workspace
-
-
-def kubeconfig(tmp_path, url: str) -> str:
-    path = tmp_path / "kubeconfig"
-    path.write_text(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: t, cluster: {{server: "{url}"}}}}]
-users: [{{name: u, user: {{token: abc}}}}]
-contexts: [{{name: t, context: {{cluster: t, user: u, namespace: {NS}}}}}]
-current-context: t
-""")
-    return str(path)
 
 
 def storage_config(sim, ready: bool = True) -> None:

@@ -16,8 +16,7 @@ from jupyter_pause.cluster.kube import Kube
 from jupyter_pause.cluster.resume import resume_workspace
 from jupyter_pause.server.kernels import own_client
 
-from .conftest import NS, notebook_pod
-from .test_doctor_cli import kubeconfig
+from .conftest import NS, gke_server_config, notebook_pod
 from .test_gke_backend import objects, start_pod
 
 pytestmark = pytest.mark.timeout(300)
@@ -25,25 +24,7 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture
 def jp_server_config(tmp_path, apiserver):
-    for name in ("state", "store"):
-        (tmp_path / name).mkdir()
-    return {
-        "ServerApp": {"jpserver_extensions": {"jupyter_pause": True}},
-        "PauseApp": {
-            "backend": "gke",
-            "state_dir": str(tmp_path / "state"),
-            "store_url": str(tmp_path / "store"),
-            "key_path": str(tmp_path / "checkpoint.key"),
-            "busy_timeout": 2.0,
-            "accelerator": {"type": "nvidia-l4", "count": 1},
-            "activity_interval": 0,
-        },
-        "GKEBackend": {
-            "kubeconfig": kubeconfig(tmp_path, apiserver.url),
-            "pod_name": "nb", "namespace": NS, "gpu_model": "nvidia-l4",
-            "trigger_timeout": 20.0, "snapshot_timeout": 20.0, "restored_condition_wait": 0.0,
-        },
-    }
+    return gke_server_config(tmp_path, apiserver.url)
 
 
 async def _run(serverapp, kernel_id: str, code: str) -> str:

@@ -20,8 +20,7 @@ from jupyter_pause.cluster.gke import GKEBackend
 from jupyter_pause.cluster.kube import Kube
 from jupyter_pause.cluster.resume import resume_workspace
 
-from .conftest import NS, notebook_pod, pause_ctx
-from .test_doctor_cli import kubeconfig
+from .conftest import NS, gke_server_config, notebook_pod, pause_ctx
 from .test_e2e_server import _run
 from .test_gke_backend import objects, start_pod
 
@@ -81,26 +80,7 @@ async def test_existing_resume_policy_is_refused_for_a_pvc_pod(apiserver, notebo
 
 @pytest.fixture
 def jp_server_config(tmp_path, apiserver):
-    for name in ("state", "store"):
-        (tmp_path / name).mkdir()
-    return {
-        "ServerApp": {"jpserver_extensions": {"jupyter_pause": True}},
-        "PauseApp": {
-            "backend": "gke",
-            "state_dir": str(tmp_path / "state"),
-            "store_url": str(tmp_path / "store"),
-            "key_path": str(tmp_path / "checkpoint.key"),
-            "busy_timeout": 2.0,
-            "accelerator": {"type": "nvidia-l4", "count": 1},
-            "activity_interval": 0,
-        },
-        "GKEBackend": {
-            "kubeconfig": kubeconfig(tmp_path, apiserver.url),
-            "pod_name": "nb", "namespace": NS, "gpu_model": "nvidia-l4",
-            "trigger_timeout": 20.0, "snapshot_timeout": 20.0, "restored_condition_wait": 0.0,
-            "discard_wait": 5.0,
-        },
-    }
+    return gke_server_config(tmp_path, apiserver.url, discard_wait=5.0)
 
 
 async def test_nothing_is_written_after_the_trigger_and_the_next_start_settles_it(

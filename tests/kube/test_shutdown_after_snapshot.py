@@ -22,8 +22,7 @@ import pytest
 from jupyter_pause.cluster.gke import GKEBackend
 from jupyter_pause.server.shutdown import checkpoint_on_shutdown
 
-from .conftest import KF, KFV, NS, notebook_pod, pause_ctx
-from .test_doctor_cli import kubeconfig
+from .conftest import KF, KFV, NS, gke_server_config, notebook_pod, pause_ctx
 from .test_e2e_server import _run
 from .test_gke_backend import start_pod
 from .test_gke_pvc import with_pvc
@@ -34,22 +33,7 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture
 def jp_server_config(tmp_path, apiserver):
-    for name in ("state", "store"):
-        (tmp_path / name).mkdir()
-    return {
-        "ServerApp": {"jpserver_extensions": {"jupyter_pause": True}},
-        "PauseApp": {
-            "backend": "gke",
-            "state_dir": str(tmp_path / "state"),
-            "store_url": str(tmp_path / "store"),
-            "key_path": str(tmp_path / "checkpoint.key"),
-            "accelerator": {"type": "nvidia-l4", "count": 1},
-            "activity_interval": 0,
-        },
-        "GKEBackend": {"kubeconfig": kubeconfig(tmp_path, apiserver.url),
-                       "pod_name": "ws-ws1-0", "namespace": NS, "gpu_model": "nvidia-l4",
-                       "restored_condition_wait": 0.0},
-    }
+    return gke_server_config(tmp_path, apiserver.url, pod_name="ws-ws1-0")
 
 
 async def test_no_shutdown_write_after_the_addons_snapshot(jp_serverapp, jp_fetch, sim,
