@@ -47,3 +47,14 @@ class SideEffect:
         self.marker = state["marker"]
         with open(self.marker, "w") as f:
             f.write("unpickled")
+
+
+def fs_type(path: str) -> str:
+    """The file system type of the mount that holds ``path`` (from /proc/mounts)."""
+    best, kind = "", ""
+    with open("/proc/mounts") as f:
+        for line in f:
+            mnt, fstype = line.split()[1:3]
+            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
+                best, kind = mnt, fstype
+    return kind

@@ -15,24 +15,17 @@ import pytest
 from jupyter_pause.checkpoint import StorageFullError, directio, open_store, read, write
 from jupyter_pause.checkpoint.store import _hasher
 
+from .helpers import fs_type
+
 pytestmark = pytest.mark.skipif(not directio.supported(), reason="no O_DIRECT on this OS")
 
-
-def _fs_type(path: str) -> str:
-    best, kind = "", ""
-    with open("/proc/mounts") as f:
-        for line in f:
-            mnt, fstype = line.split()[1:3]
-            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
-                best, kind = mnt, fstype
-    return kind
 
 
 @pytest.fixture
 def disk_dir():
     """A folder on a disk-backed file system (O_DIRECT works on ext4/xfs/btrfs)."""
     root = tempfile.mkdtemp(prefix="jp-dio-", dir="/var/tmp")
-    if _fs_type(root) in ("tmpfs", "ramfs"):
+    if fs_type(root) in ("tmpfs", "ramfs"):
         shutil.rmtree(root)
         pytest.skip("/var/tmp is a tmpfs here")
     yield root
@@ -118,7 +111,7 @@ def test_o_direct_refused_at_open_falls_back_logged_once(disk_dir, opened, monke
 
 
 def test_tmpfs_blobs_are_byte_exact_direct_or_not():
-    if not os.path.isdir("/dev/shm") or _fs_type("/dev/shm") != "tmpfs":
+    if not os.path.isdir("/dev/shm") or fs_type("/dev/shm") != "tmpfs":
         pytest.skip("no tmpfs at /dev/shm")
     root = tempfile.mkdtemp(prefix="jp-dio-", dir="/dev/shm")
     try:

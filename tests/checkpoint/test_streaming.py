@@ -22,6 +22,8 @@ from jupyter_pause.checkpoint import open_store, read, write
 from jupyter_pause.checkpoint.graph import _BATCH, group_variables
 from jupyter_pause.checkpoint.pickling import dump_group
 
+from .helpers import fs_type
+
 
 def _longest_stall(fn) -> tuple[float, float]:
     """Run fn while a pure-Python thread ticks; return (fn's duration, the longest time inside it
@@ -120,22 +122,13 @@ def _resident_fraction(path) -> float:
             mm.close()
 
 
-def _fs_type(path: str) -> str:
-    best, kind = "", ""
-    with open("/proc/mounts") as f:
-        for line in f:
-            mnt, fstype = line.split()[1:3]
-            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
-                best, kind = mnt, fstype
-    return kind
-
 
 @pytest.fixture
 def disk_store(key):
     """A store on a disk-backed file system (/var/tmp; /tmp may be a tmpfs, which has no page
     cache of its own to drop)."""
     root = tempfile.mkdtemp(prefix="jp-test-", dir="/var/tmp")
-    if _fs_type(root) in ("tmpfs", "ramfs"):
+    if fs_type(root) in ("tmpfs", "ramfs"):
         shutil.rmtree(root)
         pytest.skip("/var/tmp is a tmpfs here")
     yield open_store(os.path.join(root, "store"))

@@ -21,6 +21,7 @@ from jupyter_pause.cluster.kube import PS_NAME_ANNOTATION, Kube
 from jupyter_pause.cluster.resume import pod_state, resume_workspace
 
 from .conftest import NS, notebook_pod, pause_ctx, resume_ctx
+from .test_gke_backend import start_pod
 
 
 def backend(client, pod: str, **kw) -> GKEBackend:
@@ -35,14 +36,6 @@ def objects(apiserver, plural: str) -> list[dict]:
     srv = apiserver.server
     kind = next(k for k in srv.kinds if k.plural == plural)
     return apiserver.call(lambda: list(srv.store[kind].values()))
-
-
-def start_pod(sim, body: dict) -> dict:
-    sim.create_pod(body)
-    name = body["metadata"]["name"]
-    return sim.wait(lambda: next((p for p in sim.pods() if p["metadata"]["name"] == name and
-                                  p["status"].get("phase") == "Running"), None),
-                    what=f"pod {name} running")
 
 
 def make_statefulset(sim, name: str = "nb") -> str:
