@@ -673,6 +673,7 @@ class Lifecycle:
     async def _run_pause(self, flight: Flight, interrupt: bool, mode: str = "pause") -> None:
         t0 = time.monotonic()
         step = "checkpointing"
+        held = False  # the cluster stops this pod after its snapshot: write nothing more
         stop = mode == "stop"
         try:
             if stop:
@@ -716,6 +717,7 @@ class Lifecycle:
                 # checkpoint (load()).
                 hold = bool(snap.get("hold_writes")) and not snap.get("woke_up")
                 record = self._note if hold else self._record
+                held = hold
                 await record("snapshot_ready", snapshot=snap.get("snapshot"),
                              backend=self.app.backend_name, skipped=bool(snap.get("skipped")))
             else:
@@ -737,9 +739,10 @@ class Lifecycle:
         except Exception as e:  # noqa: BLE001 - every failure is journaled
             woke_up = False
             # A failed release after a checkpoint still leaves a way back (paused); a stop
-            # has no checkpoint, so its failed release is a failure.
+            # has no checkpoint, so its failed release is a failure. After a snapshot whose pod
+            # the cluster stops, the failure is not written either (see above).
             await self._fail(flight, step, e, state_after="paused"
-                             if step == "releasing" and not stop else "failed")
+                             if step == "releasing" and not stop else "failed", persist=not held)
         finally:
             self.step = None
             if self.flight is flight:
@@ -1120,7 +1123,7 @@ class Lifecycle:
     # ---------------------------------------------------------------- failure and backends
 
     async def _fail(self, flight: Flight, step: str, exc: Exception, *, state_after: str,
-                    report: dict[str, Any] | None = None) -> None:
+                    report: dict[str, Any] | None = None, persist: bool = True) -> None:
         reason = getattr(exc, "reason", None) or (
             "timeout" if isinstance(exc, asyncio.TimeoutError) else "other")
         message = str(exc) or exc.__class__.__name__
@@ -1140,7 +1143,10 @@ class Lifecycle:
         if resume_from and flight.kind == "pause" and state_after == "failed":
             fields["resume_from"] = resume_from
         self.step = None
-        await self._record("failed", flight=flight, **fields)
+        if persist:
+            await self._record("failed", flight=flight, **fields)
+        else:
+            await self._note("failed", **fields)
 
     def _backend_report(self, event: str, **fields: Any) -> asyncio.Task:
         return asyncio.ensure_future(self._record(event, **fields))

@@ -68,3 +68,16 @@ class ReleaseFails(LocalBackend):
     async def release(self, ctx):
         raise BackendError("cannot stop this pod: it has no owner to stop it",
                            reason="no_owner", hint="Pause instead, which snapshots the pod.")
+
+
+class HeldThenReleaseFails(LocalBackend):
+    """The snapshot is taken and the cluster will stop the pod (GKE postCheckpoint: stop), so
+    nothing may be written; then the release fails (as a timeout following the add-on can)."""
+
+    name = "held-then-release-fails"
+
+    async def snapshot(self, ctx):
+        return {"snapshot": "snap-1", "hold_writes": True}
+
+    async def release(self, ctx):
+        raise BackendError("timed out waiting for the pod to stop", reason="timeout")

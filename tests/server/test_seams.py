@@ -128,6 +128,19 @@ async def test_a_stop_the_backend_refuses_ends_failed_not_paused(ws):
     assert (await ws.run(kid, "print(kept)")).strip() == "7"
 
 
+@pytest.mark.parametrize("pause_config", [
+    {"PauseApp": {"backend": "pause_test_backends.HeldThenReleaseFails"}, "LocalBackend": {}}])
+async def test_a_failure_after_a_held_snapshot_writes_nothing(ws):
+    # Writes after a snapshot whose pod the cluster stops make its restore fail (GKE's
+    # troubleshooting page, "Post-checkpoint mutation risks with PVCs"): the failure is shown
+    # but not journaled, and the journal still ends at the checkpoint, which settles the pause.
+    nb = await ws.open_notebook("held.ipynb")
+    await ws.run(nb["kernel"]["id"], "h = 1")
+    _, st = await ws.flight("pause")
+    assert st["state"] == "paused" and "timed out" in (st["reason"] or ""), st
+    assert ws.journal()[-1]["event"] == "checkpoint_written", ws.journal()[-3:]
+
+
 def test_a_stop_journals_its_kernels_so_a_restart_mid_stop_can_resume():
     from jupyter_pause.server.lifecycle import apply, default_state
 
