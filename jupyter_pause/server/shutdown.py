@@ -187,11 +187,8 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
 async def writes_held(lc: Lifecycle, timeout: float) -> str | None:
     """The backend's reason why nothing may be written now (Backend.writes_held), or None. When
     it cannot tell in time, the checkpoint goes ahead: losing the kernels is the worse outcome."""
-    check = getattr(lc.backend, "writes_held", None)
-    if check is None:
-        return None
     try:
-        return await asyncio.wait_for(check(), max(timeout, 0.1))
+        return await asyncio.wait_for(lc.backend.writes_held(), max(timeout, 0.1))
     except Exception as e:  # noqa: BLE001 - a timeout or an API error: checkpoint as usual
         lc.log.warning("jupyter_pause: could not tell whether the pod was just snapshotted "
                        "(%s); checkpointing as usual", f"{type(e).__name__}: {e}".rstrip(": "))
