@@ -23,6 +23,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from .units import format_bytes, parse_duration
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_NO_SERVER = 0, 1, 2, 3
 PLUGIN_MODULES = ["jupyter_pause.cli_kube", "jupyter_pause.cli_policy"]
 TERMINAL = ("paused", "ready", "failed", "running")
@@ -123,18 +125,6 @@ def client_from_args(args: argparse.Namespace) -> Client:
 # ---------------------------------------------------------------------- output
 
 
-def _size(n: Any) -> str:
-    try:
-        n = float(n)
-    except (TypeError, ValueError):
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
 def _state_line(st: dict[str, Any]) -> str:
     state = st.get("state")
     after_stop = (st.get("last_report") or {}).get("after_stop")
@@ -148,8 +138,8 @@ def _state_line(st: dict[str, Any]) -> str:
         text = str(state).replace("_", " ")
     step = st.get("step")
     if step and step.get("total"):
-        text += f" ({step.get('message') or step.get('name')}: {_size(step.get('done'))} of " \
-                f"{_size(step.get('total'))})"
+        text += (f" ({step.get('message') or step.get('name')}: "
+                 f"{format_bytes(step.get('done'))} of {format_bytes(step.get('total'))})")
     elif step and step.get("message"):
         text += f" ({step['message']})"
     return text
@@ -197,7 +187,8 @@ def print_status(st: dict[str, Any]) -> None:
         print(f"  {k.get('path') or '(no notebook)'}  {k.get('name')}  {k.get('execution_state')}")
     cp = st.get("last_checkpoint")
     if cp:
-        print(f"Last checkpoint: {cp.get('id')}  {cp.get('created')}  {_size(cp.get('bytes_total'))}"
+        print(f"Last checkpoint: {cp.get('id')}  {cp.get('created')}  "
+              f"{format_bytes(cp.get('bytes_total'))}"
               f"  ({cp.get('kernels')} kernel(s))")
     if st.get("stopped"):
         print_stop(st["stopped"])
@@ -240,7 +231,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     print(f"{'ID':<36} {'CREATED':<26} {'SIZE':>10} {'VARS':>5}  NOTEBOOK")
     for c in items:
         print(f"{c.get('id')!s:<36} {c.get('created')!s:<26} "
-              f"{_size(c.get('bytes_total')):>10} {c.get('variables', 0):>5}  {c.get('stream')}")
+              f"{format_bytes(c.get('bytes_total')):>10} {c.get('variables', 0):>5}  "
+              f"{c.get('stream')}")
     return EXIT_OK
 
 
@@ -288,17 +280,13 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def parse_age(text: str | None) -> float | None:
-    """'90s', '30m', '12h', '7d' or plain seconds -> seconds."""
+    """``--older-than``: '90s', '30m', '12h', '7d' or plain seconds -> seconds."""
     if text is None:
         return None
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-    text = text.strip().lower()
     try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an age: {text!r} (e.g. 90s, 30m, 12h, 7d)") from None
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
@@ -313,7 +301,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     blobs = res.get("blobs") or {}
     verb = "Would delete" if args.dry_run else "Deleted"
     print(f"{verb} {len(deleted)} checkpoint(s) and {blobs.get('deleted', 0)} blob(s), "
-          f"{_size(blobs.get('bytes_freed', 0))}.")
+          f"{format_bytes(blobs.get('bytes_freed', 0))}.")
     for c in deleted:
         print(f"  {c.get('id')}  {c.get('stream')}  {c.get('created')}")
     for u in res.get("unverified") or []:

@@ -14,6 +14,8 @@ import sys
 import time
 from typing import Any
 
+from .units import parse_duration
+
 EPILOG_VALIDATE = """exit codes: 0 live (same process, memory intact), 10 restored (from the
 checkpoint; see 'lost'), 20 fresh (nothing restored), 1 error (nothing prepared, the marker file
 on the persistent volume is gone, or a wrong value came back)."""
@@ -64,7 +66,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .policy.whatif import (
         DEFAULT_THRESHOLDS,
         measured_costs,
-        parse_duration,
         read_trace,
         simulate,
         trace_from_journal,
@@ -162,8 +163,6 @@ def _from_server_format(res: dict[str, Any]) -> dict[str, Any]:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     from .policy import gc as gc_mod
-    from .policy.whatif import parse_duration
-
     try:
         older = args.older_than
         older = parse_duration(older) if isinstance(older, str) else older

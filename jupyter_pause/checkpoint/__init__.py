@@ -1,6 +1,8 @@
 """Checkpoint engine: a kernel namespace <-> a signed, content-addressed checkpoint.
 
-Pure library (no Jupyter imports; torch, numpy and safetensors only when they are in play)::
+Pure library (no Jupyter server or kernel imports; jupyter_core only for the data directory, so the
+key, the store and the server's state resolve it alike; torch, numpy and safetensors only when
+they are in play)::
 
     store = open_store()                 # local dir under the Jupyter data dir, or an fsspec URL
     key = load_or_create_key()           # per-user HMAC key, 0600, outside the store

@@ -6,8 +6,9 @@ import os
 import secrets
 import shlex
 import stat
-import sys
 from typing import Any
+
+from jupyter_core.paths import jupyter_data_dir
 
 from .errors import CheckpointError
 
@@ -18,26 +19,6 @@ _CHECK_MODES = os.name != "nt"
 
 class KeyFileError(CheckpointError):
     """The key file is missing while checkpoints depend on it, or others can read or change it."""
-
-
-def jupyter_data_dir() -> str:
-    """Jupyter's data directory, resolved like ``jupyter_core.paths.jupyter_data_dir``.
-
-    Re-implemented so this library stays free of Jupyter imports.
-    """
-    env = os.environ.get("JUPYTER_DATA_DIR")
-    if env:
-        return env
-    home = os.path.expanduser("~")
-    if sys.platform == "darwin":
-        return os.path.join(home, "Library", "Jupyter")
-    if os.name == "nt":
-        appdata = os.environ.get("APPDATA")
-        return (
-            os.path.join(appdata, "jupyter") if appdata else os.path.join(home, ".jupyter", "data")
-        )
-    xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(home, ".local", "share")
-    return os.path.join(xdg, "jupyter")
 
 
 def default_key_path() -> str:

@@ -48,10 +48,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
+from jupyter_core.paths import jupyter_data_dir
 
 from . import directio, objectstore
 from .errors import CheckpointError, IntegrityError, NotFoundError, StorageFullError
-from .keys import jupyter_data_dir
 from .manifest import Manifest, blob_names, parse, verify
 
 log = logging.getLogger(__name__)

@@ -111,7 +111,8 @@ class ResumeContext(_Context):
 
 
 class BackendError(Exception):
-    """A backend step failed; ``str()`` is one line for a person, ``reason`` a metrics label."""
+    """A backend step failed; ``str()`` is one line for a person, ``reason`` a metrics label
+    (a name from :data:`.reasons.FAILURE_REASONS`)."""
 
     def __init__(self, message: str, *, reason: str = "backend_error", hint: str | None = None):
         super().__init__(message)

@@ -15,9 +15,10 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.display import display
 
+from ..units import format_bytes
 from . import args, liveness, namespace, ops, provenance, server_api
 from .progress import NotebookProgress
-from .report import Report, fmt_size
+from .report import Report
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ class PauseMagics(Magics):
         rows = Report("", res.variables).rows
         bar.finish(
             f"Checkpoint written in {bar.elapsed():.1f} s: "
-            f"{fmt_size(res.bytes_written)} written, {fmt_size(res.bytes_total)} in total."
+            f"{format_bytes(res.bytes_written)} written, {format_bytes(res.bytes_total)} in total."
         )
         notes = []
         if any(r["status"] in ("skipped", "stale") and r["recomputable"] for r in rows):
@@ -142,7 +143,7 @@ class PauseMagics(Magics):
             bar.finish("Restore failed; no variable was changed.")
             raise
         nbytes = getattr(out.result, "bytes_read", None) or bar.total or bar.done
-        bar.finish(f"Read {fmt_size(nbytes)} in {bar.elapsed():.1f} s.")
+        bar.finish(f"Read {format_bytes(nbytes)} in {bar.elapsed():.1f} s.")
         rows = out.variables
         if recompute:
             rows = ops.recompute(self.shell, rows, None)

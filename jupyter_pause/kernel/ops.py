@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from ..statefile import protected_ids
 from . import liveness, namespace, provenance
 from .report import apply_load_notes, variable_dict
 
@@ -101,8 +102,6 @@ def protected_checkpoints() -> set[str]:
     if not state_dir:
         return set()
     try:
-        from jupyter_pause.policy.gc import protected_ids
-
         return {i for i in protected_ids(state_dir) if isinstance(i, str)}
     except Exception:  # a damaged state file must not fail a checkpoint
         log.debug("cannot read the server state in %s", state_dir, exc_info=True)

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any
 
-from .report import fmt_size
+from ..units import format_bytes
 
 PROGRESS_PREFIX = "JUPYTER_PAUSE_PROGRESS "
 _INTERVAL = 0.2
@@ -48,8 +48,8 @@ class _Bar:
             return self.message
         if self.total:
             pct = min(100, int(100 * self.done / self.total))
-            return f"{self.label}: {fmt_size(self.done)} / {fmt_size(self.total)} ({pct}%)"
-        return f"{self.label}: {fmt_size(self.done)}"
+            return f"{self.label}: {format_bytes(self.done)} / {format_bytes(self.total)} ({pct}%)"
+        return f"{self.label}: {format_bytes(self.done)}"
 
     def __repr__(self) -> str:
         return self._text()

@@ -7,6 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
+from ..units import format_bytes
+
 _STATUS_COLOR = {
     "saved": "var(--jp-success-color1, #2e7d32)",
     "restored": "var(--jp-success-color1, #2e7d32)",
@@ -17,17 +19,6 @@ _STATUS_COLOR = {
     "failed": "var(--jp-error-color1, #c62828)",
 }
 MAX_ROWS = 200  # a namespace of thousands of names should not flood the notebook
-
-
-def fmt_size(n: float | None) -> str:
-    if n is None:
-        return "-"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
 
 
 def variable_dict(v: Any) -> dict[str, Any]:
@@ -88,7 +79,7 @@ class Report:
         # Nothing was measured for an object that could not be serialized.
         if not r.get("size") and r["status"] in ("skipped", "stale", "failed"):
             return "-"
-        return fmt_size(r.get("size"))
+        return format_bytes(r.get("size"))
 
     @staticmethod
     def _why(r: dict[str, Any]) -> str:

@@ -21,12 +21,12 @@ signed id, never an unsigned field.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from collections import defaultdict
 from typing import Any
 
+from ..statefile import protected_ids
 from .journal import parse_time
 
 ORDER = ("backend snapshots and triggers", "checkpoint manifests", "unreferenced blobs")
@@ -34,30 +34,6 @@ ORDER = ("backend snapshots and triggers", "checkpoint manifests", "unreferenced
 
 class GCError(Exception):
     """A refused gc request; ``str()`` is one line."""
-
-
-def protected_ids(state_dir: str | None) -> set[str]:
-    """Checkpoint ids the workspace still needs to come back (from the server's state.json)."""
-    if not state_dir:
-        return set()
-    try:
-        with open(os.path.join(state_dir, "state.json"), encoding="utf-8") as fh:
-            st = json.load(fh)
-    except (OSError, ValueError):
-        return set()
-    out: set[str] = set()
-    if not isinstance(st, dict):
-        return out
-    for part in ("pause", "inflight"):
-        p = st.get(part)
-        if not isinstance(p, dict):
-            continue
-        ids = p.get("checkpoints")
-        out.update(i for i in (ids if isinstance(ids, list) else []) if isinstance(i, str) and i)
-        kernels = p.get("kernels")
-        out.update(k["checkpoint_id"] for k in (kernels if isinstance(kernels, list) else [])
-                   if isinstance(k, dict) and isinstance(k.get("checkpoint_id"), str))
-    return out
 
 
 def _created(m: Any) -> float | None:

@@ -29,10 +29,11 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 
 from ..server import validate as v
+from ..units import parse_duration
 from .journal import journal_path, parse_time, read_journal
 from .monitor import IdleMonitor
 from .report import build_report
-from .whatif import DEFAULT_THRESHOLDS, measured_costs, parse_duration, simulate, trace_from_journal
+from .whatif import DEFAULT_THRESHOLDS, measured_costs, simulate, trace_from_journal
 
 MONITOR_KEY = "jupyter_pause_idle_monitor"
 

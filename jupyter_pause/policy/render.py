@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..units import format_bytes
 from .journal import iso
 from .whatif import format_duration
 
@@ -14,14 +15,6 @@ def _fmt_s(v: float | None) -> str:
     if v >= 60:
         return f"{v / 60:.1f}m"
     return f"{v:.1f}s"
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -51,7 +44,7 @@ def render_report(report: dict) -> str:
             f"{p['accelerator_hours_released']:.2f}",
             f"{pa['completed']}/{pa['failed']}",
             f"{re['live']}/{re['restored']}/{re['fresh']}/{re['failed']}",
-            _fmt_bytes(p["sizes"]["checkpoint_bytes_written"]),
+            format_bytes(p["sizes"]["checkpoint_bytes_written"]),
             _dist(p["time_to_pause_s"]),
             _dist(p["time_to_resume_s"]),
         ])
@@ -80,7 +73,7 @@ def render_report(report: dict) -> str:
         out.append(line + f"; stop p50/p90/max {_dist(t['time_to_stop_s'])}")
     if t["sizes"]["snapshots"]:
         out.append(f"Snapshots: {t['sizes']['snapshots']} "
-                   f"({_fmt_bytes(t['sizes']['snapshot_bytes'])})")
+                   f"({format_bytes(t['sizes']['snapshot_bytes'])})")
     if report["journal"]["skipped_lines"]:
         out.append(f"Skipped {report['journal']['skipped_lines']} unreadable journal line(s).")
     return "\n".join(out)

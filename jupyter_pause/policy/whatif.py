@@ -196,26 +196,6 @@ def simulate(trace: Trace, thresholds: list[float], *, capture_s: float = 0.0,
     }
 
 
-def parse_duration(text: str | float) -> float:
-    """``90``, ``90s``, ``15m``, ``1h``, ``1.5h``, ``7d``, ``2w`` -> seconds."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    t = text.strip().lower()
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-    try:
-        if t and t[-1] in units:
-            value = float(t[:-1]) * units[t[-1]]
-        elif t.endswith("min"):
-            value = float(t[:-3]) * 60
-        else:
-            value = float(t)
-    except ValueError:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 15m, 1h, 7d)") from None
-    if value < 0:
-        raise ValueError(f"a duration cannot be negative: {text!r}")
-    return value
-
-
 def format_duration(seconds: float) -> str:
     if seconds % 3600 == 0 and seconds >= 3600:
         return f"{int(seconds // 3600)}h"

@@ -22,7 +22,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-STATE_FILE = "state.json"
+from ..statefile import STATE_FILE
+
 JOURNAL_FILE = "journal.jsonl"
 _log = logging.getLogger(__name__)
 

@@ -67,7 +67,8 @@ class Refusal(Exception):
 
 
 class StepError(Exception):
-    """A step failed for a reason a person can act on."""
+    """A step failed for a reason a person can act on (``reason``: a name from
+    :data:`jupyter_pause.cluster.reasons.FAILURE_REASONS`)."""
 
     def __init__(self, message: str, *, reason: str = "other", hint: str | None = None,
                  resume_from: dict[str, Any] | None = None):

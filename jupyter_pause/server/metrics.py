@@ -8,12 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-# Failure reasons are a closed set so the `reason` label stays bounded.
-FAILURE_REASONS = frozenset({
-    "kernel_busy", "checkpoint_error", "storage_full", "integrity_error", "not_found",
-    "snapshot_failed", "backend_error", "kernel_start", "capacity", "timeout", "interrupted",
-    "restore_error", "kernel_died", "other",
-})
+# Failure reasons are a closed set (the `reason` label stays bounded), shared with the backends.
+from ..cluster.reasons import reason_label
 
 _DURATION_BUCKETS = (1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, float("inf"))
 
@@ -70,7 +66,7 @@ TRIGGERS = frozenset({"manual", "idle", "api", "magic", "startup", "validate", "
 
 
 def failure_reason(reason: str | None) -> str:
-    return reason if reason in FAILURE_REASONS else "other"
+    return reason_label(reason)
 
 
 def trigger_label(trigger: str | None) -> str:

@@ -122,3 +122,26 @@ def test_server_listing_refuses_to_mint_a_key_over_existing_checkpoints(tmp_path
     with pytest.raises(KeyFileError, match="missing"):
         _open_store(app)
     assert not kp.exists()
+
+
+@pytest.mark.parametrize("data_dir", [True, False])
+def test_key_store_and_state_share_jupyters_data_dir(tmp_path, monkeypatch, data_dir):
+    """Key, store and state all follow jupyter_core's data dir, platformdirs mode included."""
+    from jupyter_core.paths import jupyter_data_dir
+
+    from jupyter_pause.checkpoint import default_key_path, default_store_url
+    from jupyter_pause.server.app import PauseApp
+
+    monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    if data_dir:
+        monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    else:
+        monkeypatch.delenv("JUPYTER_DATA_DIR", raising=False)
+    root = os.path.join(jupyter_data_dir(), "jupyter-pause")
+    if data_dir:
+        assert root == os.path.join(str(tmp_path / "data"), "jupyter-pause")
+    assert default_key_path() == os.path.join(root, "checkpoint.key")
+    assert default_store_url() == os.path.join(root, "checkpoints")
+    assert PauseApp()._default_state_dir() == os.path.join(root, "state")

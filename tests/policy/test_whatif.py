@@ -17,11 +17,11 @@ from jupyter_pause.policy.render import render_whatif
 from jupyter_pause.policy.whatif import (
     make_trace,
     measured_costs,
-    parse_duration,
     read_trace,
     simulate,
     trace_from_journal,
 )
+from jupyter_pause.units import parse_duration
 
 HERE = os.path.dirname(__file__)
 TRACE = os.path.join(HERE, "fixtures", "trace_168_40.csv")
