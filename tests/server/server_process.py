@@ -199,6 +199,11 @@ class Server:
         self.log.close()
         return code
 
+    def log_tail(self, size: int = 6000) -> str:
+        """The end of the server's log, for a failure message."""
+        self.log.flush()
+        return self.log_path.read_bytes()[-size:].decode(errors="replace")
+
     def journal(self) -> list[dict[str, Any]]:
         path = self.tmp / "state" / "journal.jsonl"
         if not path.exists():

@@ -74,7 +74,7 @@ def test_sigterm_saves_kernels_and_the_next_start_restores_them(make_server):
     s.wait_for("b.ipynb busy", lambda: kernel_state(s, kb) == "busy")
 
     s.signal(signal.SIGTERM)
-    assert s.wait_exit(budget + SLACK_S) is not None, "the server did not exit"
+    assert s.wait_exit(budget + SLACK_S) is not None, f"the server did not exit:\n{s.log_tail()}"
     entry = stopped(s)
     assert entry["trigger"] == "signal" and entry["kind"] == "stop"
     assert entry["durations"]["total_s"] >= 0
@@ -165,7 +165,7 @@ def test_a_budget_too_small_keeps_the_old_checkpoint_and_says_why(make_server):
     _, first = _previous_checkpoint(s, "d.ipynb")
 
     s.signal(signal.SIGTERM)
-    assert s.wait_exit(budget + SLACK_S) is not None, "the server did not exit"
+    assert s.wait_exit(budget + SLACK_S) is not None, f"the server did not exit:\n{s.log_tail()}"
     row = rows(stopped(s))["d.ipynb"]
     assert row["status"] == "not_saved" and row["previous_checkpoint"] == first, row
     assert "budget of 3 s ran out during its checkpoint" in row["reason"], row
@@ -191,7 +191,7 @@ def test_shutdown_api_and_sigint(make_server, how):
             pass
     else:
         s.signal(signal.SIGINT)
-    assert s.wait_exit(20 + SLACK_S) is not None, "the server did not exit"
+    assert s.wait_exit(20 + SLACK_S) is not None, f"the server did not exit:\n{s.log_tail()}"
     entry = stopped(s)
     assert entry["trigger"] == ("api" if how == "api" else "signal")
     assert rows(entry)["e.ipynb"]["status"] == "saved"
@@ -209,7 +209,7 @@ def test_a_failed_restore_after_stop_still_opens_the_notebook(make_server):
     kid = s.open_notebook("f.ipynb")["kernel"]["id"]
     s.output(kid, "w = 7")
     s.signal(signal.SIGTERM)
-    assert s.wait_exit(20 + SLACK_S) is not None, "the server did not exit"
+    assert s.wait_exit(20 + SLACK_S) is not None, f"the server did not exit:\n{s.log_tail()}"
     assert rows(stopped(s))["f.ipynb"]["status"] == "saved"
 
     (s.tmp / "key").unlink()  # the checkpoint can no longer be verified
