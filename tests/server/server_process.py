@@ -55,13 +55,15 @@ class Server:
         self.proc = None
 
     def start(self):
+        """Start the server as a terminal or a spawner does, with SIGINT at its default."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.log_path = self.tmp / f"server-{self.port}.log"
         self.log = open(self.log_path, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyter_server", f"--port={self.port}", "--ip=127.0.0.1"],
-            env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_sigint_default)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -225,3 +227,10 @@ class Server:
                 return value
             time.sleep(0.05)
         raise AssertionError(f"timed out waiting for {what}")
+
+
+def _sigint_default() -> None:
+    # A test run started in the background by a non-interactive shell (`cmd &`, as CI scripts
+    # do) inherits SIGINT ignored, and Python and jupyter_server rightly keep an ignored SIGINT
+    # ignored. The SIGINT tests model a person at a terminal or a spawner's stop.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
