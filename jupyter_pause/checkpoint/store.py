@@ -318,7 +318,10 @@ class Store:
                 f"no space left in checkpoint store {self.url} while {what}; "
                 "the partial checkpoint was removed and earlier checkpoints are intact"
             )
-        return CheckpointError(f"checkpoint store {self.url}: {what} failed: {e.strerror or e}")
+        # The manifest is written last, so a failure anywhere before it publishes nothing.
+        return CheckpointError(f"checkpoint store {self.url}: {what} failed: {e.strerror or e}; "
+                               "this checkpoint was not published and earlier checkpoints are "
+                               "intact")
 
     def _write_small(self, path: str, data: bytes, durable: bool = True) -> None:
         if self.local:
