@@ -551,11 +551,3 @@ def abort_stale_uploads(fs: Any, prefix: str, before: float) -> int:
                                  UploadId=u["UploadId"])).result(timeout=ABORT_TIMEOUT)
             n += 1
     return n
-
-
-def describe_credentials(url: str, storage_options: dict[str, Any] | None = None, *,
-                         probe: bool = False) -> str:
-    """One line naming the credential source ``url`` will use (see :mod:`.credentials`)."""
-    from .credentials import describe_credentials as describe
-
-    return describe(url, storage_options, probe=probe)

@@ -18,6 +18,7 @@ import pytest
 from jupyter_pause.checkpoint import (
     CheckpointError,
     IntegrityError,
+    credentials,
     gc,
     objectstore,
     open_store,
@@ -338,7 +339,7 @@ def test_describe_credentials_names_each_ecosystems_source(tmp_path, monkeypatch
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    d = objectstore.describe_credentials
+    d = credentials.describe_credentials
     assert "Workload Identity" in d("gs://b/x") and "not probed" in d("gs://b/x")
     key = tmp_path / "sa.json"
     key.write_text(json.dumps({"type": "service_account"}))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -153,3 +154,15 @@ def gke_server_config(tmp_path, url: str, *, pause: dict[str, Any] | None = None
             **gke,
         },
     }
+
+
+@pytest.fixture
+def api(jp_fetch):
+    """Call the extension's REST API of the test server: (method, route, body) -> JSON."""
+
+    async def call(method: str, route: str, body: dict | None = None) -> Any:
+        r = await jp_fetch("jupyter-pause", "api", route, method=method,
+                           body=None if method == "GET" else json.dumps(body or {}))
+        return json.loads(r.body) if r.body else None
+
+    return call

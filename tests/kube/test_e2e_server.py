@@ -46,13 +46,8 @@ async def _run(serverapp, kernel_id: str, code: str) -> str:
 
 
 async def test_gke_pause_then_cold_start_restores_from_checkpoint(
-        jp_serverapp, jp_fetch, apiserver, admin, sim):
+        jp_serverapp, jp_fetch, api, apiserver, admin, sim):
     lifecycle = jp_serverapp.web_app.settings["jupyter_pause_lifecycle"]
-
-    async def api(method, route, body=None):
-        r = await jp_fetch("jupyter-pause", "api", route, method=method,
-                           body=None if method == "GET" else json.dumps(body or {}))
-        return json.loads(r.body) if r.body else None
 
     await asyncio.to_thread(start_pod, sim, notebook_pod("nb"))
     st = await api("GET", "status")

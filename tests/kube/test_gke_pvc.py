@@ -84,13 +84,8 @@ def jp_server_config(tmp_path, apiserver):
 
 
 async def test_nothing_is_written_after_the_trigger_and_the_next_start_settles_it(
-        jp_serverapp, jp_fetch, apiserver, admin, sim):
+        jp_serverapp, jp_fetch, api, apiserver, admin, sim):
     lifecycle = jp_serverapp.web_app.settings["jupyter_pause_lifecycle"]
-
-    async def api(method, route, body=None):
-        r = await jp_fetch("jupyter-pause", "api", route, method=method,
-                           body=None if method == "GET" else json.dumps(body or {}))
-        return json.loads(r.body) if r.body else None
 
     await asyncio.to_thread(start_pod, sim, with_pvc(notebook_pod("nb")))
     r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(

@@ -18,6 +18,15 @@ from typing import Any
 
 import psutil
 
+# `python -m jupyter_server` with SIGINT handled as Python does by default. A test run started in
+# the background by a non-interactive shell (`cmd &`, as CI scripts do) inherits SIGINT ignored,
+# and Python and jupyter_server rightly keep it ignored; the SIGINT tests model a person at a
+# terminal or a spawner's stop.
+SERVER_WITH_SIGINT = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'jupyter_server'; runpy.run_module('jupyter_server', run_name='__main__')"
+)
+
 TOKEN = "cli-test-token"
 
 
@@ -61,9 +70,8 @@ class Server:
         self.log_path = self.tmp / f"server-{self.port}.log"
         self.log = open(self.log_path, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_server", f"--port={self.port}", "--ip=127.0.0.1"],
-            env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_sigint_default)
+            [sys.executable, "-c", SERVER_WITH_SIGINT, f"--port={self.port}", "--ip=127.0.0.1"],
+            env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -227,10 +235,3 @@ class Server:
                 return value
             time.sleep(0.05)
         raise AssertionError(f"timed out waiting for {what}")
-
-
-def _sigint_default() -> None:
-    # A test run started in the background by a non-interactive shell (`cmd &`, as CI scripts
-    # do) inherits SIGINT ignored, and Python and jupyter_server rightly keep an ignored SIGINT
-    # ignored. The SIGINT tests model a person at a terminal or a spawner's stop.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
