@@ -51,10 +51,10 @@ def server_rss(srv: emulators.Server) -> int:
 
 def naming_pass(state: dict) -> float:
     """What naming blobs before their upload costs: one blake3 pass over the bytes in memory."""
-    from jupyter_pause.checkpoint.store import _hasher
+    from jupyter_pause.checkpoint.store import blob_hasher
 
     t0 = time.perf_counter()
-    h = _hasher()
+    h = blob_hasher()
     for t in state.values():
         h.update(memoryview(t.numpy()).cast("B"))
     h.hexdigest()

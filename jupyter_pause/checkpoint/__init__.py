@@ -14,6 +14,7 @@ they are in play)::
 from __future__ import annotations
 
 from .cache import WriteCache
+from .collect import gc
 from .errors import (
     CheckpointError,
     IntegrityError,
@@ -24,8 +25,9 @@ from .errors import (
 from .keys import default_key_path, load_or_create_key
 from .manifest import Manifest, ReadResult, VariableReport, WriteResult
 from .reader import read
-from .store import Store, default_store_url, gc, open_store
-from .writer import retain, write
+from .retention import retain
+from .store import Store, default_store_url, open_store
+from .writer import write
 
 __all__ = [
     "CheckpointError",

@@ -70,80 +70,120 @@ def group_variables(items: list[tuple[str, Any]], namespace: Any = None) -> Walk
 
 
 def _group(items: list[tuple[str, Any]], namespace: Any) -> Walk:
-    np = sys.modules.get("numpy")
-    if np is None:
-        try:  # not for arrays (there are none), for sorting leaf ids: far cheaper than a set
-            import numpy as np
-        except ImportError:
-            np = None
-    torch = sys.modules.get("torch")
-    ndarray = np.ndarray if np is not None and "numpy" in sys.modules else None
-    tensor = torch.Tensor if torch is not None else None
-    # tracked objects that need a per-object decision (pickled by name, or keyed by memory)
-    slow_tracked = (types.ModuleType, type, types.FunctionType) + (
-        (tensor,) if tensor is not None else ()
-    )
-    # untracked but mutable, so sharing them is aliasing: dicts of atomic values, bytearrays
-    leafy = (dict, bytearray) + ((ndarray,) if ndarray is not None else ())
+    walker = _Walker(namespace, len(items))
+    for vi, (_name, value) in enumerate(items):
+        walker.walk(vi, value)
+    _union_shared_leaves(walker.np, walker.uf, walker.owner, walker.leaves, walker.leaf_sets)
+    groups: dict[int, list[str]] = {}
+    for vi, (name, _v) in enumerate(items):
+        groups.setdefault(walker.uf.find(vi), []).append(name)
+    w = Walk()
+    w.groups = list(groups.values())
+    w.big_bytes = {name: walker.big[vi] for vi, (name, _v) in enumerate(items)}
+    w.array_ids = walker.array_ids
+    return w
 
-    stop_ids = {id(m.__dict__) for m in list(sys.modules.values()) if hasattr(m, "__dict__")}
-    if namespace is not None:
-        stop_ids.add(id(namespace))
 
-    n = len(items)
-    uf = _UF(n)
-    owner: dict[Any, int] = {}  # tracked objects (and memory keys) -> first variable reaching it
-    leaves: list[Any] = []  # per variable: ids of untracked mutable leaves (numpy int arrays)
-    leaf_sets: dict[int, set[int]] = {}  # the same without numpy
-    big = [0] * n
-    array_ids: set[int] = set()
+class _Walker:
+    """The walk's state: who owns what, the union of variables, their big-memory sizes."""
 
-    def claim(key: Any, vi: int) -> bool:
+    def __init__(self, namespace: Any, n: int) -> None:
+        np = sys.modules.get("numpy")
+        if np is None:
+            try:  # not for arrays (there are none), for sorting leaf ids: far cheaper than a set
+                import numpy as np
+            except ImportError:
+                np = None
+        self.np = np
+        torch = sys.modules.get("torch")
+        self.ndarray = np.ndarray if np is not None and "numpy" in sys.modules else None
+        self.tensor = torch.Tensor if torch is not None else None
+        # tracked objects that need a per-object decision (pickled by name, or keyed by memory)
+        self.slow_tracked = (types.ModuleType, type, types.FunctionType) + (
+            (self.tensor,) if self.tensor is not None else ()
+        )
+        # untracked but mutable, so sharing them is aliasing: dicts of atomic values, bytearrays
+        self.leafy = (dict, bytearray) + ((self.ndarray,) if self.ndarray is not None else ())
+        self.stop_ids = {id(m.__dict__) for m in list(sys.modules.values())
+                         if hasattr(m, "__dict__")}
+        if namespace is not None:
+            self.stop_ids.add(id(namespace))
+        self.uf = _UF(n)
+        self.owner: dict[Any, int] = {}  # tracked objects (and memory keys) -> first variable
+        self.leaves: list[Any] = []  # per variable: ids of untracked mutable leaves (numpy)
+        self.leaf_sets: dict[int, set[int]] = {}  # the same without numpy
+        self.big = [0] * n  # per variable: bytes of array/tensor memory it owns
+        self.array_ids: set[int] = set()
+
+    def walk(self, vi: int, value: Any) -> None:
+        """Breadth-first over everything variable ``vi`` reaches."""
+        if isinstance(value, _ATOMIC):
+            return
+        frontier: list[Any] = []
+        if isinstance(value, self.slow_tracked) or (
+            self.ndarray is not None and isinstance(value, self.ndarray)
+        ):
+            self.slow(value, vi, frontier)
+        elif id(value) not in self.stop_ids:
+            if gc.is_tracked(value):
+                if self.claim(id(value), vi):
+                    frontier.append(value)
+            else:
+                self.add_leaves(vi, [value], frontier)
+        while frontier:
+            level, frontier = frontier, []
+            for refs in _batches(level):
+                self.step(refs, vi, frontier)
+
+    def claim(self, key: Any, vi: int) -> bool:
         """Own ``key`` for variable vi; False (and union) if someone already did."""
-        o = owner.get(key)
+        o = self.owner.get(key)
         if o is None:
-            owner[key] = vi
+            self.owner[key] = vi
             return True
         if o != vi:
-            uf.union(o, vi)
+            self.uf.union(o, vi)
         return False
 
-    def slow(r: Any, vi: int, nxt: list) -> None:
+    def slow(self, r: Any, vi: int, nxt: list) -> None:
+        """An object that needs a decision: pickled by name, or keyed by the memory it views."""
         if isinstance(r, types.ModuleType) or (
             isinstance(r, (type, types.FunctionType)) and _by_reference(r)
         ):
             return
         i = id(r)
+        ndarray, tensor = self.ndarray, self.tensor
         if ndarray is not None and isinstance(r, ndarray):
-            array_ids.add(i)
-            if not claim(i, vi):
+            self.array_ids.add(i)
+            if not self.claim(i, vi):
                 return
             base = r
             while isinstance(getattr(base, "base", None), ndarray):
                 base = base.base
             root = base.base if base.base is not None else base
-            if claim(("mem", id(root)), vi):
-                big[vi] += base.nbytes
+            if self.claim(("mem", id(root)), vi):
+                self.big[vi] += base.nbytes
             return
         if tensor is not None and isinstance(r, tensor):
-            if not claim(i, vi):
+            if not self.claim(i, vi):
                 return
             try:
                 st = r.untyped_storage()
             except (RuntimeError, NotImplementedError, TypeError):
                 st = None  # sparse/meta/wrapper tensors: the walk below still links them
-            if st is not None and claim(("st", st._cdata), vi):
-                big[vi] += st.nbytes()
+            if st is not None and self.claim(("st", st._cdata), vi):
+                self.big[vi] += st.nbytes()
             nxt.append(r)  # a tensor's __dict__ / grad may hold more
             return
-        if i not in stop_ids and claim(i, vi):
+        if i not in self.stop_ids and self.claim(i, vi):
             nxt.append(r)  # a class or function defined in the notebook: walk into it
 
-    def add_leaves(vi: int, objs: list, nxt: list) -> None:
+    def add_leaves(self, vi: int, objs: list, nxt: list) -> None:
         """Untracked mutable objects: record their identity; an untracked dict can still hold
         non-gc objects such as numpy arrays or bytearrays, so look one level in."""
         if not objs:
             return
+        ndarray, owner, leafy = self.ndarray, self.owner, self.leafy
         # values only (keys are hashable, so never a dict, array or bytearray), and a full scan
         # only when one of their types calls for it: usually they are all int/float/str
         dicts = [o for o in objs if type(o) is dict] if len(objs) < 64 else objs
@@ -154,42 +194,44 @@ def _group(items: list[tuple[str, Any]], namespace: Any) -> Walk:
             for r in compress(inner, map(isinstance, inner, repeat(leafy))):
                 if ndarray is not None and isinstance(r, ndarray):
                     if id(r) not in owner:
-                        slow(r, vi, nxt)
+                        self.slow(r, vi, nxt)
                     elif owner[id(r)] != vi:
-                        uf.union(owner[id(r)], vi)
+                        self.uf.union(owner[id(r)], vi)
                 else:
                     objs.append(r)  # a bytearray (an untracked dict holds no dict)
+        np = self.np
         if np is not None:
-            leaves.append((vi, np.fromiter(map(id, objs), dtype=np.int64, count=len(objs))))
+            self.leaves.append((vi, np.fromiter(map(id, objs), dtype=np.int64, count=len(objs))))
         else:
-            leaf_sets.setdefault(vi, set()).update(map(id, objs))
+            self.leaf_sets.setdefault(vi, set()).update(map(id, objs))
 
-    def step(refs: list, vi: int, frontier: list) -> None:
+    def step(self, refs: list, vi: int, frontier: list) -> None:
         """One batch of referents of variable vi's current level."""
         # the filtering runs in C (map/compress); Python loops only over "slow" objects
+        ndarray, owner, uf = self.ndarray, self.owner, self.uf
         tracked_flags = list(map(gc.is_tracked, refs))
         tracked = list(compress(refs, tracked_flags))
         untracked = list(compress(refs, map(not_, tracked_flags)))
-        leaf = list(compress(untracked, map(isinstance, untracked, repeat(leafy))))
+        leaf = list(compress(untracked, map(isinstance, untracked, repeat(self.leafy))))
         del refs, tracked_flags, untracked
         if ndarray is not None and leaf:
             arrays = list(map(isinstance, leaf, repeat(ndarray)))
             for r in compress(leaf, arrays):
-                slow(r, vi, frontier)
+                self.slow(r, vi, frontier)
             leaf = list(compress(leaf, map(not_, arrays)))
-        add_leaves(vi, leaf, frontier)
-        is_slow = list(map(isinstance, tracked, repeat(slow_tracked)))
+        self.add_leaves(vi, leaf, frontier)
+        is_slow = list(map(isinstance, tracked, repeat(self.slow_tracked)))
         for r in compress(tracked, is_slow):
             o = owner.get(id(r))
             if o is None:
-                slow(r, vi, frontier)
+                self.slow(r, vi, frontier)
             elif o != vi:
                 uf.union(o, vi)
         cands = list(compress(tracked, map(not_, is_slow)))
         if not cands:
             return
         ids = set(map(id, cands))
-        ids.difference_update(stop_ids)
+        ids.difference_update(self.stop_ids)
         for i in ids & owner.keys():
             o = owner[i]
             if o != vi:
@@ -199,33 +241,6 @@ def _group(items: list[tuple[str, Any]], namespace: Any) -> Walk:
             return
         owner.update(dict.fromkeys(new, vi))
         frontier.extend({id(r): r for r in cands if id(r) in new}.values())
-
-    for vi, (_name, value) in enumerate(items):
-        if isinstance(value, _ATOMIC):
-            continue
-        frontier: list[Any] = []
-        if isinstance(value, slow_tracked) or (ndarray is not None and isinstance(value, ndarray)):
-            slow(value, vi, frontier)
-        elif id(value) not in stop_ids:
-            if gc.is_tracked(value):
-                if claim(id(value), vi):
-                    frontier.append(value)
-            else:
-                add_leaves(vi, [value], frontier)
-        while frontier:
-            level, frontier = frontier, []
-            for refs in _batches(level):
-                step(refs, vi, frontier)
-
-    _union_shared_leaves(np, uf, owner, leaves, leaf_sets)
-    groups: dict[int, list[str]] = {}
-    for vi, (name, _v) in enumerate(items):
-        groups.setdefault(uf.find(vi), []).append(name)
-    w = Walk()
-    w.groups = list(groups.values())
-    w.big_bytes = {name: big[vi] for vi, (name, _v) in enumerate(items)}
-    w.array_ids = array_ids
-    return w
 
 
 def _batches(level: list) -> Any:

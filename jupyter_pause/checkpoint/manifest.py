@@ -7,6 +7,7 @@ import hmac
 import json
 import re
 from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
 from typing import Any
 
 from .errors import IntegrityError, KeyMismatchError
@@ -47,6 +48,15 @@ class Manifest:
 
     def variable(self, name: str) -> dict[str, Any] | None:
         return next((v for v in self.variables if v["name"] == name), None)
+
+    def created_at(self) -> float | None:
+        """``created`` (ISO-8601, as :func:`write` records it) in epoch seconds; None when it is
+        not a time. For age rules only: the order of checkpoints comes from the signed id."""
+        try:
+            dt = datetime.fromisoformat(self.created)
+        except (TypeError, ValueError):
+            return None
+        return (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def canonical(d: dict[str, Any]) -> bytes:

@@ -25,16 +25,20 @@ import threading
 import types
 from typing import Any
 
+from . import reducers
+
+# SkipVariable, StaleObject and take_load_notes: callers outside the package import them here too
+from .outcomes import (  # noqa: F401
+    SkipVariable,
+    StaleObject,
+    attribute_notes,
+    start_notes,
+    stop_notes,
+    take_load_notes,
+)
+
 OOB_MIN = 1 << 20  # buffers below this stay in the stream: a blob per tiny array costs more
 VIEW_ROOT_MAX = 64 << 10  # a view's unreferenced root up to this size is saved to keep sharing
-
-
-class SkipVariable(Exception):
-    status = "skipped"
-
-
-class StaleObject(SkipVariable):
-    status = "stale"
 
 
 class _NeedsDill(Exception):
@@ -106,8 +110,6 @@ _SAFE_IO: tuple[type, ...] = (io.BytesIO, io.StringIO)
 
 def _classify(t: type) -> tuple[int, Any]:
     """(kind, reason or reducer) for objects of type ``t``."""
-    from . import reducers  # not at import time: the reducers import this module
-
     if not _STALE_LIST:
         _UNSER_LIST.extend(_unser_reasons())
         _STALE_LIST.extend(_stale_reasons())
@@ -164,35 +166,6 @@ def _load_storage(idx: int, dtype: str | None) -> Any:
 def _identity(x: Any) -> Any:
     """Kept for streams written before reducers/torch_autograd.py (they name it)."""
     return x
-
-
-def note_loaded(obj: Any, note: str) -> None:
-    """Called by a reducer's rebuild function: ``obj`` came back, but not all of it (``note``
-    says what is missing). ``load_group`` attributes it to the variable(s) holding it."""
-    notes = getattr(_load, "notes", None)
-    if notes is not None:
-        notes.append((obj, note))
-
-
-def take_load_notes() -> dict[str, list[str]]:
-    """Variable -> what did not come back with it, for the loads since the last call."""
-    out = getattr(_load, "by_name", None) or {}
-    _load.by_name = {}
-    return out
-
-
-def _attribute_notes(got: dict[str, Any], notes: list[tuple[Any, str]]) -> None:
-    by_name = getattr(_load, "by_name", None)
-    if by_name is None:
-        by_name = _load.by_name = {}
-    for obj, note in notes:
-        owners = [n for n, v in got.items() if v is obj]
-        if owners:
-            for n in owners:
-                by_name.setdefault(n, []).append(note)
-        else:  # held inside a variable (or several linked ones): all of them are affected
-            for n in got:
-                by_name.setdefault(n, []).append(f"holds an object whose {note}")
 
 
 def _rebuild_view(root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
@@ -381,7 +354,7 @@ def dump_group(
 
 def load_group(stream: Any, pickler: str, buffers: list, resolver: Any) -> dict[str, Any]:
     _load.resolver = resolver
-    _load.notes = notes = []
+    notes = start_notes()
     try:
         if pickler == "dill":
             import dill
@@ -391,7 +364,7 @@ def load_group(stream: Any, pickler: str, buffers: list, resolver: Any) -> dict[
             got = pickle.Unpickler(io.BytesIO(stream), buffers=buffers).load()
     finally:
         _load.resolver = None
-        _load.notes = None
+        stop_notes()
     if notes and isinstance(got, dict):
-        _attribute_notes(got, notes)
+        attribute_notes(got, notes)
     return got

@@ -16,10 +16,12 @@ from typing import Any
 from . import env as _env
 from . import objectstore
 from . import tensors as _tensors
+from .cache import prune_restored, remember_restored
 from .errors import CheckpointError, IntegrityError
+from .localfs import CHUNK, open_regular
 from .manifest import ReadResult, VariableReport
 from .pickling import load_group, reason_of
-from .store import CHUNK, Store, _hasher, open_regular, open_store
+from .store import Store, blob_hasher, open_store
 
 PARALLEL_MIN = 1 << 20  # blobs at least this big are verified two at a time
 
@@ -55,7 +57,7 @@ class _Verifier:
         except (KeyError, TypeError, ValueError):
             raise IntegrityError(f"checkpoint {self.m.id}: manifest is inconsistent") from None
         path = self.store.blob_path(digest)
-        h = _hasher()
+        h = blob_hasher()
         try:
             if not self.store.local:
                 keep, n = self._read_remote(digest, path, size, h)
@@ -76,7 +78,7 @@ class _Verifier:
     def _read_local(self, digest: str, path: str, size: int, h: Any) -> tuple[Any, int]:
         # one descriptor, no link followed; a private writable buffer (restored arrays and
         # tensors use it zero-copy and stay writable)
-        if not self.store._inside(path):
+        if not self.store.inside(path):
             raise self._bad(digest, "is behind a link out of the store")
         fd = open_regular(path)
         try:
@@ -167,9 +169,7 @@ def _private_buffer(n: int) -> Any:
 
 def _remember(store: Store, m: Any, g: dict, got: dict, storages: dict, forced: Any) -> None:
     """Tell the process's write caches which storages came unchanged out of which pack entry."""
-    import torch
-
-    from .cache import prune_restored, remember_restored
+    import torch  # only for checkpoints with tensors
 
     prune_restored()
     by_cdata = {}

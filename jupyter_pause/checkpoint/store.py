@@ -1,5 +1,9 @@
 """Where checkpoints live: a local directory (default) or any fsspec URL.
 
+(Over 400 lines on purpose: the layout, the publication protocol and the trust checks of both
+kinds of store read best side by side. Apart: :mod:`.localfs` (local file rules),
+:mod:`.objectstore` and :mod:`.uploads` (streaming), :mod:`.collect`, :mod:`.retention`.)
+
 Layout under the root::
 
     blobs/<2 hex>/<digest>          immutable, content-addressed (blake3)
@@ -22,7 +26,8 @@ reported missing instead of an older one being restored in its place.
 Local writes go to ``tmp/`` first, are fsync'd and renamed into place, and the directories are
 fsync'd before the manifest is published, so a crash at any moment leaves only unreferenced temp
 files or blobs behind: never a manifest that points at missing or partial data. Large blobs are
-written with O_DIRECT where the file system allows it (:mod:`.directio`).
+written with O_DIRECT where the file system allows it (:mod:`.directio`); the local file rules
+are in :mod:`.localfs`.
 
 Object stores (:mod:`.objectstore`) name a blob by hashing it where it lies, then stream it to
 that name in parts with bounded memory; a multipart or resumable upload only becomes visible
@@ -41,27 +46,23 @@ import re
 import secrets
 import socket
 import stat
-import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
 from jupyter_core.paths import jupyter_data_dir
 
-from . import directio, objectstore
+from . import localfs, objectstore, uploads
 from .errors import CheckpointError, IntegrityError, NotFoundError, StorageFullError
-from .manifest import Manifest, blob_names, parse, verify
+from .manifest import Manifest, parse, verify
 
 log = logging.getLogger(__name__)
 
-CHUNK = 16 << 20
 DIGEST_RE = re.compile(r"[0-9a-f]{64}")  # blake3 hexdigest: the only valid blob name
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # checkpoint ids (file names)
 MANIFEST_MAX = 256 << 20  # a planted multi-GB "manifest" is refused unread
-_FADVISE = hasattr(os, "posix_fadvise") and sys.platform.startswith("linux")
-LEASE_MAX_AGE = 6 * 3600.0
+LEASE_SUFFIX = ".lease"
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
@@ -83,6 +84,17 @@ def valid_id(name: Any) -> bool:
     return isinstance(name, str) and ID_RE.fullmatch(name) is not None
 
 
+def blob_hasher() -> Any:
+    """A new hasher of the digest that names blobs (blake3, all cores for big inputs)."""
+    import blake3  # only when a blob is written or read
+
+    return blake3.blake3(max_threads=blake3.blake3.AUTO)
+
+
+def is_full(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in _FULL_ERRNOS
+
+
 @dataclass
 class Scan:
     """What :meth:`Store.scan` found: authentic manifests bound to their place (newest first),
@@ -91,16 +103,6 @@ class Scan:
     verified: list[Manifest] = field(default_factory=list)
     unverified: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}
     errors: dict[str, CheckpointError] = field(default_factory=dict)  # path -> refusal
-
-
-def _hasher() -> Any:
-    import blake3
-
-    return blake3.blake3(max_threads=blake3.blake3.AUTO)
-
-
-def is_full(e: BaseException) -> bool:
-    return isinstance(e, OSError) and e.errno in _FULL_ERRNOS
 
 
 class Txn:
@@ -115,16 +117,19 @@ class Txn:
         self.bytes_written = 0
         self.lease: str | None = None
 
+    def count(self, n: int) -> None:
+        self.bytes_written += n
+
     def abort(self) -> None:
         for p in list(self.temps):
-            self.store._remove(p)
+            self.store.remove(p)
         for d in list(self.created):
-            self.store._remove(self.store.blob_path(d))
+            self.store.delete_blob(d)
         self.release()
 
     def release(self) -> None:
         if self.lease:
-            self.store._remove(self.lease)
+            self.store.remove(self.lease)
             self.lease = None
 
 
@@ -143,7 +148,7 @@ class Store:
         self.key = key
         self.budget: objectstore.Budget | None = None
         if "://" in url and not url.startswith("file://"):
-            import fsspec
+            import fsspec  # only for object stores
 
             self.fs, self.root = fsspec.core.url_to_fs(url, **(storage_options or {}))
             self.local = False
@@ -155,12 +160,14 @@ class Store:
             self.fs = None
             self.root = os.path.abspath(os.path.expanduser(path))
             self.local = True
-            self._check_private()
+            root_is_store = any(os.path.isdir(self._join(d)) for d in ("manifests", "blobs"))
+            localfs.narrow_folders(([self.root] if root_is_store else [])
+                                   + [self._join(d) for d in ("manifests", "blobs", "tmp", "pins")])
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
 
-    # -- paths ---------------------------------------------------------------------------------
+    # -- layout --------------------------------------------------------------------------------
     def _join(self, *parts: str) -> str:
         return (os.path.join if self.local else lambda *p: "/".join(p))(self.root, *parts)
 
@@ -174,27 +181,61 @@ class Store:
     def manifest_path(self, stream: str, checkpoint_id: str) -> str:
         return self._join("manifests", stream_slug(stream), f"{checkpoint_id}.json")
 
-    # -- small fs helpers ----------------------------------------------------------------------
-    def _inside(self, path: str) -> bool:
-        """True if ``path`` lies under the root with no symbolic link on the way (the file
-        itself may be one: unlinking removes the link, not its target)."""
-        rel = os.path.relpath(path, self.root)
-        if rel == "." or rel.startswith("..") or os.path.isabs(rel):
-            return False
-        cur = self.root
-        for part in rel.split(os.sep)[:-1]:
-            cur = os.path.join(cur, part)
-            try:
-                if not stat.S_ISDIR(os.lstat(cur).st_mode):
-                    return False
-            except OSError:
-                return False
-        return True
+    def manifest_files(self) -> list[str]:
+        """Paths of every manifest file, authentic or not (:meth:`scan` says which are)."""
+        return [p for p in self._manifest_folder_files() if p.endswith(".json")]
 
-    def _remove(self, path: str) -> None:
+    def manifest_temps(self) -> list[str]:
+        """Temp files in the manifest folders (a writer died between write and rename)."""
+        return [p for p in self._manifest_folder_files() if p.endswith(".tmp")]
+
+    def _manifest_folder_files(self) -> list[str]:
+        return [self._join("manifests", slug, n)
+                for slug in self._ls(self._join("manifests"))
+                for n in self._ls(self._join("manifests", slug))]
+
+    def blob_files(self) -> list[tuple[str, str]]:
+        """(digest, path) of every file that is where its digest puts it: anything else in the
+        blob folders was not written by us and is left alone."""
+        return [(d, self._join("blobs", sub, d))
+                for sub in self._ls(self._join("blobs"))
+                for d in self._ls(self._join("blobs", sub))
+                if valid_digest(d) and d[:2] == sub]
+
+    def temp_files(self) -> list[tuple[str, str]]:
+        """(name, path) of the files in ``tmp/``: parts of running or dead writes, and leases
+        (``<checkpoint id>.lease``)."""
+        return [(n, self._join("tmp", n)) for n in self._ls(self._join("tmp"))]
+
+    def usage(self) -> dict[str, int]:
+        """Every object and byte in the store: manifests, blobs, temp files."""
+        out = {"manifests": 0, "manifest_bytes": 0, "blobs": 0, "blob_bytes": 0,
+               "temp_files": 0, "temp_bytes": 0}
+        for p in self.manifest_files():
+            out["manifests"] += 1
+            out["manifest_bytes"] += self.size(p)
+        for sub in self._ls(self._join("blobs")):
+            for d in self._ls(self._join("blobs", sub)):
+                out["blobs"] += 1
+                out["blob_bytes"] += self.size(self._join("blobs", sub, d))
+        for _, p in self.temp_files():
+            out["temp_files"] += 1
+            out["temp_bytes"] += self.size(p)
+        out["bytes"] = out["manifest_bytes"] + out["blob_bytes"] + out["temp_bytes"]
+        return out
+
+    # -- files ---------------------------------------------------------------------------------
+    def inside(self, path: str) -> bool:
+        """True if ``path`` is under the root with no link on the way (always, for object
+        stores, which have no links)."""
+        return localfs.inside(self.root, path) if self.local else True
+
+    def remove(self, path: str) -> None:
+        """Remove one file of the store; never through a link or outside the root, and quietly
+        when it is already gone."""
         try:
             if self.local:
-                if not self._inside(path):
+                if not localfs.inside(self.root, path):
                     log.warning("not removing %s: outside the store or behind a link", path)
                     return
                 os.unlink(path)
@@ -205,7 +246,14 @@ class Store:
         except Exception as e:  # noqa: BLE001 - an object store's client errors (a server gone)
             log.debug("could not remove %s: %s", path, e)
 
-    def _exists(self, path: str) -> bool:
+    def delete_blob(self, digest: str) -> None:
+        self.remove(self.blob_path(digest))
+
+    def remove_manifest(self, m: Manifest) -> None:
+        """Remove the manifest file of ``m`` where it was verified (never a lookup by name)."""
+        self.remove(self.manifest_path(m.stream, m.id))
+
+    def exists(self, path: str) -> bool:
         return os.path.exists(path) if self.local else self.fs.exists(path)
 
     def _ls(self, path: str) -> list[str]:
@@ -219,7 +267,8 @@ class Store:
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def _mtime(self, path: str) -> float:
+    def mtime(self, path: str) -> float:
+        """When the file was last written (0.0 when unknown or missing); never through a link."""
         try:
             if self.local:
                 return os.lstat(path).st_mtime
@@ -234,77 +283,49 @@ class Store:
             pass
         return 0.0
 
-    def _fsync_dir(self, path: str) -> None:
-        if os.name == "nt":  # directories cannot be opened for fsync there
-            return
+    def size(self, path: str) -> int:
+        """The file's size in bytes (0 when missing); never through a link."""
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            return os.lstat(path).st_size if self.local else int(self.fs.size(path))
         except OSError:
-            return
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+            return 0
+
+    def read_bytes(self, path: str, limit: int | None = None) -> bytes:
+        """The file's bytes, no link followed; IntegrityError when larger than ``limit``."""
+        if self.local:
+            return localfs.read_regular(path, limit)
+        if limit is not None and int(self.fs.size(path)) > limit:
+            raise IntegrityError(f"{path} is too large to be a manifest")
+        return self.fs.cat_file(path)
+
+    def abort_stale_uploads(self, before: float) -> int:
+        """Object stores: abort unfinished multipart uploads of blobs started before ``before``
+        (epoch seconds): writers that died (invisible, but billed). Returns how many."""
+        return 0 if self.local else objectstore.abort_stale_uploads(
+            self.fs, self._join("blobs"), before)
 
     def _makedirs(self, path: str) -> None:
-        if not self.local:
+        if self.local:
+            # every folder of the store is 0700 (checkpoints hold the user's data), none a link
+            localfs.makedirs_private(self.root, path)
+        else:
             self.fs.makedirs(path, exist_ok=True)
-            return
-        # Checkpoints hold the user's data: every folder of the store is 0700 (os.makedirs
-        # applies its mode only to the last folder), and none may be a link leading elsewhere.
-        rel = os.path.relpath(path, self.root)
-        if rel.startswith("..") or os.path.isabs(rel):
-            os.makedirs(path, exist_ok=True)
-            return
-        parts = [] if rel == "." else rel.split(os.sep)
-        cur = self.root
-        for part in [None, *parts]:
-            cur = cur if part is None else os.path.join(cur, part)
-            try:
-                st = os.lstat(cur)
-            except FileNotFoundError:
-                if part is None:
-                    os.makedirs(os.path.dirname(cur), exist_ok=True)
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(cur, 0o700)
-                    os.chmod(cur, 0o700)  # the umask may have narrowed it further, never wider
-                continue
-            if part is not None and not stat.S_ISDIR(st.st_mode):
-                raise OSError(errno.ENOTDIR, f"{cur} is not a folder (a link?)")
 
-    def _check_private(self) -> None:
-        """Existing stores made before folders were private: warn, and narrow our own folders."""
-        root_is_store = any(os.path.isdir(self._join(d)) for d in ("manifests", "blobs"))
-        folders = [self.root] if root_is_store else []
-        folders += [self._join(d) for d in ("manifests", "blobs", "tmp", "pins")]
-        for d in folders:
-            try:
-                st = os.lstat(d)
-            except OSError:
-                continue
-            if not stat.S_ISDIR(st.st_mode) or not st.st_mode & 0o077:
-                continue
-            if hasattr(os, "getuid") and st.st_uid != os.getuid():
-                log.warning("checkpoint store folder %s is readable by others (mode %o) and "
-                            "not ours to fix", d, st.st_mode & 0o777)
-                continue
-            try:
-                os.chmod(d, 0o700)
-                log.warning("checkpoint store folder %s was readable by others (mode %o); "
-                            "made it private (0700)", d, st.st_mode & 0o777)
-            except OSError as e:
-                log.warning("checkpoint store folder %s is readable by others (mode %o): %s",
-                            d, st.st_mode & 0o777, e.strerror or e)
+    def _write_small(self, path: str, data: bytes, durable: bool = True) -> None:
+        if self.local:
+            localfs.replace_small(path, data, durable)
+        else:
+            with self.fs.open(path, "wb") as f:
+                f.write(data)
 
     # -- writing -------------------------------------------------------------------------------
     def begin(self, checkpoint_id: str) -> Txn:
+        """Start a write: a lease in ``tmp/`` tells :mod:`.collect` that its temp files and new
+        blobs belong to a live writer."""
         txn = Txn(self, checkpoint_id)
-        tmpdir = self._join("tmp")
         try:
-            self._makedirs(tmpdir)
-            lease = self._join("tmp", f"{checkpoint_id}.lease")
+            self._makedirs(self._join("tmp"))
+            lease = self._join("tmp", f"{checkpoint_id}{LEASE_SUFFIX}")
             info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
             self._write_small(lease, json.dumps(info).encode(), durable=False)
             txn.lease = lease
@@ -323,26 +344,8 @@ class Store:
                                "this checkpoint was not published and earlier checkpoints are "
                                "intact")
 
-    def _write_small(self, path: str, data: bytes, durable: bool = True) -> None:
-        if self.local:
-            tmp = f"{path}.{secrets.token_hex(4)}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                _write_all(fd, memoryview(data))
-                if durable:
-                    os.fsync(fd)
-            except BaseException:
-                os.close(fd)
-                self._remove(tmp)
-                raise
-            os.close(fd)
-            os.replace(tmp, path)
-        else:
-            with self.fs.open(path, "wb") as f:
-                f.write(data)
-
     def has_blob(self, digest: str) -> bool:
-        return self._exists(self.blob_path(digest))
+        return self.exists(self.blob_path(digest))
 
     def claim_blob(self, digest: str, size: int | None = None) -> bool:
         """True if the blob exists; locally also refresh its mtime, so a concurrent gc (which
@@ -351,7 +354,7 @@ class Store:
         if not self.local:
             return self.has_blob(digest)
         path = self.blob_path(digest)
-        if not self._inside(path):
+        if not localfs.inside(self.root, path):
             return False  # behind a linked folder: put_blob refuses to write there
         try:
             st = os.lstat(path)
@@ -386,37 +389,14 @@ class Store:
             raise self._os_error(e, "writing a blob") from None
 
     def _put_local(
-        self, txn: Txn, chunks: Iterable, progress: Callable | None, size_hint: int = 0
+        self, txn: Txn, chunks: Any, progress: Callable | None, size_hint: int = 0
     ) -> tuple[str, int]:
         tmp = self._join("tmp", f"{txn.id}-{secrets.token_hex(6)}.part")
         txn.temps.add(tmp)
         if callable(chunks):
             chunks = chunks()
-        h = _hasher()
-        size = 0
-        big = size_hint >= directio.DIRECT_MIN and directio.supported()
-        fd, direct = directio.open_new(tmp, direct=big)
-        try:
-            if big:
-                # the sink falls back to buffered writes by itself where O_DIRECT is refused
-                size = directio.write_file(fd, direct, tmp, chunks, size_hint, h, progress)
-                txn.bytes_written += size
-            else:
-                for chunk in chunks:
-                    mv = memoryview(chunk).cast("B")
-                    for i in range(0, len(mv), CHUNK):
-                        piece = mv[i : i + CHUNK]
-                        h.update(piece)
-                        _write_all(fd, piece)
-                        _write_behind(fd, size, len(piece))
-                        size += len(piece)
-                        txn.bytes_written += len(piece)
-                        if progress:
-                            progress(len(piece))
-                os.fsync(fd)
-            _drop_cached(fd)
-        finally:
-            os.close(fd)
+        h = blob_hasher()
+        size = localfs.write_hashed(tmp, chunks, h, size_hint, progress, txn.count)
         digest = h.hexdigest()
         final = self.blob_path(digest)
         if self.claim_blob(digest, size):
@@ -443,7 +423,7 @@ class Store:
         else:
             views = list(chunks)  # views or bytes already in memory: no copy of the data
             source = lambda: views
-        h = _hasher()
+        h = blob_hasher()
         size = objectstore.hash_source(source(), h)
         digest = h.hexdigest()
         final = self.blob_path(digest)
@@ -452,7 +432,7 @@ class Store:
                 progress(size)
             return digest, size
         assert self.budget is not None  # set for every object store
-        objectstore.upload(self.fs, final, source, size, digest, _hasher(), self.budget, progress)
+        uploads.upload(self.fs, final, source, size, digest, blob_hasher(), self.budget, progress)
         txn.created.add(digest)
         txn.bytes_written += size
         return digest, size
@@ -462,7 +442,7 @@ class Store:
         if self.local:
             # new subdirectories are only durable once their parents are synced too
             for d in sorted(txn.dirs | {self._join("blobs"), self.root}):
-                self._fsync_dir(d)
+                localfs.fsync_dir(d)
 
     def publish(self, txn: Txn, stream: str, manifest_bytes: bytes) -> None:
         path = self.manifest_path(stream, txn.id)
@@ -472,9 +452,9 @@ class Store:
             if self.local:
                 slug_dir = os.path.dirname(path)
                 for d in (slug_dir, os.path.dirname(slug_dir), self.root):
-                    self._fsync_dir(d)
+                    localfs.fsync_dir(d)
         except OSError as e:
-            self._remove(path)
+            self.remove(path)
             raise self._os_error(e, "writing the manifest") from None
 
     # -- reading -------------------------------------------------------------------------------
@@ -483,26 +463,6 @@ class Store:
         for anything that acts on them)."""
         names = self._ls(self._join("manifests", stream_slug(stream)))
         return sorted((n[:-5] for n in names if n.endswith(".json")), reverse=True)
-
-    def _manifest_files(self) -> list[str]:
-        out = []
-        for slug in self._ls(self._join("manifests")):
-            for n in self._ls(self._join("manifests", slug)):
-                if n.endswith(".json"):
-                    out.append(self._join("manifests", slug, n))
-        return out
-
-    def _read_bytes(self, path: str, limit: int | None = None) -> bytes:
-        if self.local:
-            # no link is followed: a planted link would make us read (or hash) a foreign file
-            fd = open_regular(path)
-            with os.fdopen(fd, "rb") as f:
-                if limit is not None and os.fstat(fd).st_size > limit:
-                    raise IntegrityError(f"{path} is too large to be a manifest")
-                return f.read()
-        if limit is not None and int(self.fs.size(path)) > limit:
-            raise IntegrityError(f"{path} is too large to be a manifest")
-        return self.fs.cat_file(path)
 
     def _load_at(self, path: str, slug: str, cid: str, key: bytes | None) -> Manifest:
         """The manifest in file ``slug/cid.json``, authenticated (with a key) and bound to that
@@ -513,7 +473,7 @@ class Store:
         if not valid_id(cid):
             raise IntegrityError(f"{where} is not a checkpoint file name")
         try:
-            raw = self._read_bytes(path, MANIFEST_MAX)
+            raw = self.read_bytes(path, MANIFEST_MAX)
         except FileNotFoundError:
             raise NotFoundError(f"checkpoint {cid} disappeared from {self.url}") from None
         except OSError as e:
@@ -571,7 +531,7 @@ class Store:
             raise NotFoundError(f"no checkpoint {str(checkpoint_id)[:80]!r} in {self.url}")
         for slug in self._ls(self._join("manifests")):
             p = self._join("manifests", slug, f"{checkpoint_id}.json")
-            if self._exists(p):
+            if self.exists(p):
                 return p
         raise NotFoundError(f"no checkpoint {checkpoint_id!r} in {self.url}")
 
@@ -586,7 +546,7 @@ class Store:
             first: CheckpointError | None = None
             for slug in self._ls(self._join("manifests")):
                 p = self._join("manifests", slug, f"{checkpoint_id}.json")
-                if not self._exists(p):
+                if not self.exists(p):
                     continue
                 try:
                     return self._load_at(p, slug, checkpoint_id, key), []
@@ -621,7 +581,7 @@ class Store:
         if self.key is not None:
             m, _ = self.choose(self.key, checkpoint_id=checkpoint_id)
             path = self.manifest_path(m.stream, m.id)
-        self._remove(path)
+        self.remove(path)
 
     # -- pins: checkpoints something outside the store depends on --------------------------------
     def pin(self, checkpoint_id: str, reason: str = "") -> None:
@@ -633,169 +593,12 @@ class Store:
 
     def unpin(self, checkpoint_id: str) -> None:
         if valid_id(checkpoint_id):
-            self._remove(self._join("pins", checkpoint_id))
+            self.remove(self._join("pins", checkpoint_id))
 
     def pinned(self) -> set[str]:
         """Pinned ids. Pins are unauthenticated, so they can only keep a checkpoint, never
         select, load or delete one."""
         return {n for n in self._ls(self._join("pins")) if valid_id(n)}
-
-    # -- garbage collection --------------------------------------------------------------------
-    def _active_leases(self) -> list[tuple[str, float]]:
-        host = socket.gethostname()
-        now = time.time()
-        out = []
-        tmpdir = self._join("tmp")
-        for n in self._ls(tmpdir):
-            if not n.endswith(".lease"):
-                continue
-            p = self._join("tmp", n)
-            try:
-                info = json.loads(self._read_bytes(p))
-                started = float(info["started"])
-                alive = now - started < LEASE_MAX_AGE
-                if alive and info.get("host") == host:
-                    alive = psutil.pid_exists(int(info["pid"]))
-            except Exception:  # noqa: BLE001 - a malformed lease (huge pid, nan, a list...)
-                log.debug("ignoring malformed lease %s", n)
-                continue
-            if alive:
-                out.append((n[: -len(".lease")], started))
-            else:
-                self._remove(p)
-        return out
-
-    def referenced(self) -> set[str]:
-        """Digests named by any manifest file, authentic or not: a reference only ever keeps a
-        blob, so an unverifiable manifest (another key, a damaged file) errs on the safe side."""
-        refs: set[str] = set()
-        for p in self._manifest_files():
-            try:
-                refs.update(blob_names(parse(self._read_bytes(p, MANIFEST_MAX), p)))
-            except (OSError, CheckpointError):
-                continue
-        return refs
-
-    def collect(
-        self,
-        candidates: Iterable[str] | None = None,
-        *,
-        dry_run: bool = False,
-        grace_s: float = 0.0,
-    ) -> dict[str, Any]:
-        """Remove blobs no manifest references (only among ``candidates`` when given).
-
-        Blobs younger than ``grace_s`` or than a running write's lease are kept, so a concurrent
-        checkpoint never loses a blob it has written but not yet published.
-        """
-        leases = self._active_leases()
-        cutoff = time.time() - grace_s
-        if leases:
-            cutoff = min(cutoff, min(s for _, s in leases) - 5.0)
-        refs = self.referenced()
-        if candidates is None:
-            # only files that are where their digest puts them: anything else was not written by
-            # us and is left alone
-            found = [
-                (d, self._join("blobs", sub, d))
-                for sub in self._ls(self._join("blobs"))
-                for d in self._ls(self._join("blobs", sub))
-                if valid_digest(d) and d[:2] == sub
-            ]
-        else:
-            found = [(d, self.blob_path(d)) for d in set(candidates) if valid_digest(d)]
-        removed, freed = [], 0
-        for digest, path in found:
-            if digest in refs:
-                continue
-            m = self._mtime(path)
-            if m == 0.0 and not self._exists(path):
-                continue
-            if m > cutoff:
-                continue
-            try:
-                size = os.lstat(path).st_size if self.local else int(self.fs.size(path))
-            except OSError:
-                size = 0
-            if not dry_run:
-                self._remove(path)
-            removed.append(digest)
-            freed += size
-        temps = 0
-        if candidates is None:
-            # manifest temp files of writers that died between write and rename
-            for slug in self._ls(self._join("manifests")):
-                for n in self._ls(self._join("manifests", slug)):
-                    p = self._join("manifests", slug, n)
-                    if n.endswith(".tmp") and self._mtime(p) < time.time() - 600:
-                        if not dry_run:
-                            self._remove(p)
-                        temps += 1
-            # a write creates its lease before any temp file and removes it after the last,
-            # so temps not covered by a live lease belong to a writer that died
-            active = {i for i, _ in leases}
-            for n in self._ls(self._join("tmp")):
-                if n.endswith(".lease") or _owner(n) in active:
-                    continue
-                if not dry_run:
-                    self._remove(self._join("tmp", n))
-                temps += 1
-            if not self.local and not dry_run:
-                # S3 multipart uploads of writers that died (invisible, but billed)
-                try:
-                    temps += objectstore.abort_stale_uploads(self.fs, self._join("blobs"), cutoff)
-                except Exception as e:  # noqa: BLE001 - a clean-up; the checkpoints are fine
-                    log.warning("could not list unfinished uploads in %s: %s", self.url, e)
-        return {
-            "removed": removed,
-            "bytes_freed": freed,
-            "temps_removed": temps,
-            "referenced": len(refs),
-            "dry_run": dry_run,
-        }
-
-
-def _owner(tmp_name: str) -> str:
-    # temp names are "<checkpoint id>-<random>.part"; checkpoint ids contain one '-'
-    parts = tmp_name.split("-")
-    return "-".join(parts[:2])
-
-
-def open_regular(path: str) -> int:
-    """A read-only descriptor of the regular file at ``path``: no link is followed (a planted
-    link would make us read a foreign file) and a planted FIFO or device cannot block us."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise IntegrityError(f"{path} is not a regular file")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _write_behind(fd: int, offset: int, length: int) -> None:
-    """Start writing this range to the device now. Left to itself the kernel keeps a checkpoint's
-    pages dirty until the final fsync (background writeback waits for 10% of RAM to be dirty),
-    so the disk would idle while the checkpoint is being serialized. On Linux, DONTNEED on dirty
-    pages starts their writeback without waiting for it (as PostgreSQL's flush hints do)."""
-    if _FADVISE:
-        with contextlib.suppress(OSError):
-            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
-
-
-def _drop_cached(fd: int) -> None:
-    """After fsync: drop the blob's now clean pages, so a checkpoint does not leave gigabytes of
-    page cache charged to the notebook's memory cgroup."""
-    if _FADVISE:
-        with contextlib.suppress(OSError):
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-
-
-def _write_all(fd: int, mv: memoryview) -> None:
-    while len(mv):
-        n = os.write(fd, mv)
-        mv = mv[n:]
 
 
 def open_store(
@@ -813,8 +616,3 @@ def open_store(
     ``JUPYTER_PAUSE_STORE_MEMORY`` environment variable, else 256 MiB)."""
     return Store(url_or_path or default_store_url(), key=key, storage_options=storage_options,
                  memory=memory)
-
-
-def gc(store: Store, *, dry_run: bool = False, grace_s: float = 0.0) -> dict[str, Any]:
-    """Remove blobs that no manifest references, and stale temp files of crashed writes."""
-    return store.collect(None, dry_run=dry_run, grace_s=grace_s)

@@ -34,6 +34,11 @@ _ST_DTYPES = {
 }
 
 
+def itemsize(dtype: str) -> int:
+    """Bytes per item of a storage recorded with ``dtype`` (1 for raw bytes)."""
+    return _ST_DTYPES.get(dtype, ("U8", 1))[1]
+
+
 def record_device(storage: Any) -> str:
     """The device recorded for a storage (tests replace this to forge e.g. cuda:0)."""
     return str(storage.device)

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .pickling import SkipVariable
+from .outcomes import SkipVariable
 
 T = TypeVar("T")
 

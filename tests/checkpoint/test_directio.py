@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from jupyter_pause.checkpoint import StorageFullError, directio, open_store, read, write
-from jupyter_pause.checkpoint.store import _hasher
+from jupyter_pause.checkpoint.store import blob_hasher
 
 from .helpers import fs_type
 
@@ -72,7 +72,7 @@ def test_direct_blob_is_byte_exact_whatever_the_tail(disk_dir, opened, tail):
     pieces = [data[:7], data[7:1_000_003], data[1_000_003:]]
     digest, size = _put(store, pieces)
     assert [d for _, d in opened] == [True]
-    h = _hasher()
+    h = blob_hasher()
     h.update(data)
     assert (digest, size) == (h.hexdigest(), n)
     with open(store.blob_path(digest), "rb") as f:

@@ -23,6 +23,7 @@ from jupyter_pause.checkpoint import (
     objectstore,
     open_store,
     read,
+    uploads,
     write,
 )
 
@@ -183,7 +184,7 @@ def test_a_failed_upload_is_aborted_and_the_previous_checkpoint_stays(object_ser
     srv = object_server
     first = write({"gen": 1}, _store(srv, path="fail"), key=key)
     before = _objects(srv, "fail")
-    cls = objectstore._S3Upload if srv.kind == "s3" else objectstore._GcsUpload
+    cls = uploads._S3Upload if srv.kind == "s3" else uploads._GcsUpload
     real = cls.send
     sent = {"n": 0}
 
@@ -216,29 +217,29 @@ def test_a_failed_upload_is_aborted_and_the_previous_checkpoint_stays(object_ser
 
 @pytest.mark.parametrize("parts", ["one", "many"])
 def test_upload_commits_only_what_hashes_to_the_name(object_server, parts):
-    from jupyter_pause.checkpoint.store import _hasher
+    from jupyter_pause.checkpoint.store import blob_hasher
 
     srv = object_server
     fs = srv.fs()
     data = np.random.default_rng(5).bytes(20 << 20 if parts == "many" else 1000)
-    h = _hasher()
+    h = blob_hasher()
     h.update(data)
     digest = h.hexdigest()
     budget = objectstore.Budget(objectstore.parse_size(BOUND))
     path = f"{srv.bucket}/direct/{digest}"
     pieces = [data[:333], data[333:]]
-    objectstore.upload(fs, path, lambda: pieces, len(data), digest, _hasher(), budget)
+    uploads.upload(fs, path, lambda: pieces, len(data), digest, blob_hasher(), budget)
     assert fs.cat_file(path) == data
     assert budget.held == 0
     got = bytearray(len(data))
-    h2 = _hasher()
+    h2 = blob_hasher()
     assert objectstore.download(fs, path, len(data), h2, got, budget) == len(data)
     assert bytes(got) == data and h2.hexdigest() == digest and budget.held == 0
     # the bytes changed between naming and sending: nothing is stored under the name
     flipped = [pieces[0], bytes([pieces[1][0] ^ 1]) + pieces[1][1:]]
     other = f"{srv.bucket}/direct/other-{parts}"
     with pytest.raises(CheckpointError, match="changed while it was being uploaded"):
-        objectstore.upload(fs, other, lambda: flipped, len(data), digest, _hasher(), budget)
+        uploads.upload(fs, other, lambda: flipped, len(data), digest, blob_hasher(), budget)
     assert not fs.exists(other)
     assert _pending_uploads(srv) == [] and budget.held == 0
 
@@ -249,7 +250,7 @@ sys.path.insert(0, sys.argv[1])
 from tests.checkpoint import emulators
 import numpy as np
 from jupyter_pause.checkpoint import CheckpointError, load_or_create_key, open_store, write
-from jupyter_pause.checkpoint import objectstore
+from jupyter_pause.checkpoint import uploads
 
 kind, url, opts, key_path = sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), sys.argv[5]
 if kind == "gcs":
@@ -265,7 +266,7 @@ if kind == "s3":
 key = load_or_create_key(key_path)
 write({"gen": 1}, store, key=key, keep=None)
 print("FIRST", flush=True)
-cls = objectstore._S3Upload if kind == "s3" else objectstore._GcsUpload
+cls = uploads._S3Upload if kind == "s3" else uploads._GcsUpload
 real, paused = cls.send, []
 def send(self, buf, held):
     if self.began and not paused:  # a multipart/resumable upload is open: now the server goes

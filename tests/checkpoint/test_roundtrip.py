@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from jupyter_pause.checkpoint import read, write
-from jupyter_pause.checkpoint.pickling import take_load_notes
+from jupyter_pause.checkpoint.outcomes import take_load_notes
 
 from .helpers import statuses
 

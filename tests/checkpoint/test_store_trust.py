@@ -20,6 +20,7 @@ from jupyter_pause.checkpoint import (
     write,
 )
 from jupyter_pause.checkpoint import reader as reader_mod
+from jupyter_pause.checkpoint.collect import collect
 from jupyter_pause.checkpoint.store import stream_slug
 
 FORGED_ID = "99991231T235959999999Z-ffffff"  # sorts after every real id
@@ -69,7 +70,7 @@ def test_blob_names_are_digests_before_any_path_is_built(store, key, tmp_path):
     for bad in (str(victim), "../../../victim", "a" * 63, "A" * 64, "0" * 64 + "/x", ""):
         with pytest.raises(IntegrityError):
             store.blob_path(bad)
-    store.collect([str(victim), os.path.relpath(victim, store.root)])
+    collect(store, [str(victim), os.path.relpath(victim, store.root)])
     assert victim.exists()
 
 

@@ -17,9 +17,9 @@ from jupyter_pause.checkpoint import (
     read,
     write,
 )
-from jupyter_pause.cli_policy import main as cli_main
+from jupyter_pause.cli import main as cli_main
 from jupyter_pause.cluster.base import Backend
-from jupyter_pause.policy.gc import GCError, run_gc, usage
+from jupyter_pause.policy.gc import GCError, run_gc
 
 
 def walk(root: str) -> tuple[int, int]:
@@ -142,14 +142,21 @@ def test_older_than_only_narrows_what_keep_would_delete(populated):
               dry_run=False, now=later)
     assert {c["id"] for c in res["checkpoints"]["deleted"]} == {a[3], b[1]}
     assert {m.id for m in p["store"].list()} == {a[0]}
-    assert usage(p["store"])["blobs"] == len(next(iter(p["store"].list())).blobs)
+    assert p["store"].usage()["blobs"] == len(next(iter(p["store"].list())).blobs)
+
+
+def test_keep_zero_is_no_count_limit(populated):
+    p = populated
+    before = {m.id for m in p["store"].list()}
+    res = run(store_url=p["root"], state_dir=p["state_dir"], keep=0, older_than=None,
+              dry_run=False)
+    assert res["checkpoints"]["deleted"] == [] and res["checkpoints"]["remaining"] == 6
+    assert {m.id for m in p["store"].list()} == before
+    assert res["blobs"]["bytes_freed"] == 777  # only the stray blob
 
 
 def test_refusals(populated):
     p = populated
-    with pytest.raises(GCError, match="older-than"):
-        run(store_url=p["root"], state_dir=p["state_dir"], keep=0, older_than=None,
-            dry_run=False)
     with pytest.raises(GCError, match="0 or more"):
         run(store_url=p["root"], state_dir=p["state_dir"], keep=-1, older_than=None,
             dry_run=False)
@@ -191,4 +198,4 @@ def test_cli_offline(populated, capsys):
     assert rc == 0 and data["via"] == "offline" and len(data["checkpoints"]["deleted"]) == 3
     assert data["remaining"]["bytes"] == walk(p["root"])[1]
     rc = cli_main(["gc", "--offline", "--store", p["root"], "--keep", "0"])
-    assert rc == 1 and "older-than" in capsys.readouterr().err
+    assert rc == 0 and "checkpoints: deleted 0, remaining 3" in capsys.readouterr().out

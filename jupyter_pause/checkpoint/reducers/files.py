@@ -17,6 +17,7 @@ import io
 import os
 from typing import Any
 
+from ..outcomes import StaleObject
 from . import register
 
 FULL_HASH_MAX = 64 << 20
@@ -42,8 +43,6 @@ def _digest(path: str, size: int, pos: int) -> tuple[str, bool]:
 
 
 def _stale(f: Any, why: str) -> Exception:
-    from ..pickling import StaleObject
-
     t = type(f)
     return StaleObject(f"{t.__module__}.{t.__qualname__}: {why}")
 

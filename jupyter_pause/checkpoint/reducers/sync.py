@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from ..outcomes import StaleObject
 from . import register
 
 
@@ -25,8 +26,6 @@ def _new_rlock() -> Any:
 
 
 def _held(kind: str) -> Exception:
-    from ..pickling import StaleObject
-
     return StaleObject(
         f"{kind}: held when the checkpoint was taken; no thread of a restored kernel would "
         "hold it; re-run its cell"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..outcomes import note_loaded
 from . import register
 
 
@@ -20,8 +21,6 @@ def _graph_view(base: Any, size: tuple, stride: tuple, offset: int) -> Any:
 
 
 def _graph_lost(value: Any, grad_fn: str) -> Any:
-    from ..pickling import note_loaded
-
     note_loaded(
         value,
         f"value restored without its autograd graph (grad_fn={grad_fn}): backward() from it "

@@ -1,0 +1,144 @@
+"""Garbage collection of a store: blobs no manifest references and temp files of dead writes.
+
+A blob is removed only when no manifest file names it (authentic or not: a reference only ever
+keeps a blob) and it is older than every running write's lease, so a concurrent checkpoint never
+loses a blob it has written but not yet published.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import psutil
+
+from .errors import CheckpointError
+from .manifest import blob_names, parse
+from .store import LEASE_SUFFIX, MANIFEST_MAX, Store, valid_digest
+
+log = logging.getLogger(__name__)
+
+LEASE_MAX_AGE = 6 * 3600.0  # a lease older than this belongs to a writer that is gone
+MANIFEST_TEMP_AGE = 600.0  # seconds before a manifest temp file counts as left by a dead writer
+
+
+def active_leases(store: Store) -> list[tuple[str, float]]:
+    """(checkpoint id, start time) of the writes still running; stale leases are removed."""
+    host = socket.gethostname()
+    now = time.time()
+    out = []
+    for n, p in store.temp_files():
+        if not n.endswith(LEASE_SUFFIX):
+            continue
+        try:
+            info = json.loads(store.read_bytes(p))
+            started = float(info["started"])
+            alive = now - started < LEASE_MAX_AGE
+            if alive and info.get("host") == host:
+                alive = psutil.pid_exists(int(info["pid"]))
+        except Exception:  # noqa: BLE001 - a malformed lease (huge pid, nan, a list...)
+            log.debug("ignoring malformed lease %s", n)
+            continue
+        if alive:
+            out.append((n[: -len(LEASE_SUFFIX)], started))
+        else:
+            store.remove(p)
+    return out
+
+
+def referenced(store: Store) -> set[str]:
+    """Digests named by any manifest file, authentic or not: a reference only ever keeps a
+    blob, so an unverifiable manifest (another key, a damaged file) errs on the safe side."""
+    refs: set[str] = set()
+    for p in store.manifest_files():
+        try:
+            refs.update(blob_names(parse(store.read_bytes(p, MANIFEST_MAX), p)))
+        except (OSError, CheckpointError):
+            continue
+    return refs
+
+
+def collect(
+    store: Store,
+    candidates: Iterable[str] | None = None,
+    *,
+    dry_run: bool = False,
+    grace_s: float = 0.0,
+) -> dict[str, Any]:
+    """Remove blobs no manifest references (only among ``candidates`` when given) and, without
+    candidates, the temp files of writes that died.
+
+    Blobs younger than ``grace_s`` or than a running write's lease are kept.
+    """
+    leases = active_leases(store)
+    cutoff = time.time() - grace_s
+    if leases:
+        cutoff = min(cutoff, min(s for _, s in leases) - 5.0)
+    refs = referenced(store)
+    if candidates is None:
+        found = store.blob_files()
+    else:
+        found = [(d, store.blob_path(d)) for d in set(candidates) if valid_digest(d)]
+    removed, freed = [], 0
+    for digest, path in found:
+        if digest in refs:
+            continue
+        m = store.mtime(path)
+        if m == 0.0 and not store.exists(path):
+            continue
+        if m > cutoff:
+            continue
+        size = store.size(path)
+        if not dry_run:
+            store.remove(path)
+        removed.append(digest)
+        freed += size
+    temps = 0
+    if candidates is None:
+        temps = _collect_temps(store, {i for i, _ in leases}, cutoff, dry_run)
+    return {
+        "removed": removed,
+        "bytes_freed": freed,
+        "temps_removed": temps,
+        "referenced": len(refs),
+        "dry_run": dry_run,
+    }
+
+
+def _collect_temps(store: Store, active: set[str], cutoff: float, dry_run: bool) -> int:
+    temps = 0
+    # manifest temp files of writers that died between write and rename
+    for p in store.manifest_temps():
+        if store.mtime(p) < time.time() - MANIFEST_TEMP_AGE:
+            if not dry_run:
+                store.remove(p)
+            temps += 1
+    # a write creates its lease before any temp file and removes it after the last, so temps
+    # not covered by a live lease belong to a writer that died
+    for n, p in store.temp_files():
+        if n.endswith(LEASE_SUFFIX) or _owner(n) in active:
+            continue
+        if not dry_run:
+            store.remove(p)
+        temps += 1
+    if not dry_run:
+        try:
+            temps += store.abort_stale_uploads(cutoff)
+        except Exception as e:  # noqa: BLE001 - a clean-up; the checkpoints are fine
+            log.warning("could not list unfinished uploads in %s: %s", store.url, e)
+    return temps
+
+
+def _owner(tmp_name: str) -> str:
+    # temp names are "<checkpoint id>-<random>.part"; checkpoint ids contain one '-'
+    parts = tmp_name.split("-")
+    return "-".join(parts[:2])
+
+
+def gc(store: Store, *, dry_run: bool = False, grace_s: float = 0.0) -> dict[str, Any]:
+    """Remove blobs that no manifest references, and stale temp files of crashed writes."""
+    return collect(store, None, dry_run=dry_run, grace_s=grace_s)
