@@ -1,94 +1,49 @@
-import { Notification } from '@jupyterlab/apputils';
-import { IDisposable } from '@lumino/disposable';
+/**
+ * What the auto-pause announcement shows for a `GET policy` answer. No JupyterLab imports, so
+ * it is unit-tested in Node.
+ */
 
-import { PauseController } from './controller';
-import { describeAutoPause, ITrans } from './model';
+import type { IPolicy } from './api';
+import { formatCountdown, formatIdleTime, ITrans } from './format';
+
+/** What the auto-pause announcement shows; null when nothing is announced. */
+export interface IAutoPauseView {
+  /** Identifies one announcement (its deadline): a new one gets a new notification. */
+  key: string;
+  secondsLeft: number;
+  message: string;
+}
 
 /**
- * The auto-pause announcement: a notification with a countdown and a Cancel action while the
- * idle policy has announced a pause (`GET policy` state "announced"). Cancel calls
- * `POST policy/cancel`; the notification goes away when the server cancels the announcement
- * (activity came back, someone cancelled elsewhere) or when the pause starts.
+ * The announcement of an auto-pause, `elapsed` seconds after `policy` was read (the countdown
+ * runs on the browser's clock from the server's `seconds_left`, so clock skew does not
+ * matter). Null unless an auto-pause is announced and can still be cancelled.
  */
-export class AutoPauseNotice implements IDisposable {
-  constructor(
-    private _controller: PauseController,
-    private _trans: ITrans
-  ) {
-    _controller.policyChanged.connect(this._update, this);
+export function describeAutoPause(
+  policy: IPolicy | null,
+  elapsed: number,
+  trans: ITrans
+): IAutoPauseView | null {
+  if (!policy || !policy.enabled || policy.state !== 'announced' || !policy.cancellable) {
+    return null;
   }
-
-  get isDisposed(): boolean {
-    return this._isDisposed;
-  }
-
-  dispose(): void {
-    if (this._isDisposed) {
-      return;
-    }
-    this._isDisposed = true;
-    this._controller.policyChanged.disconnect(this._update, this);
-    this._hide();
-  }
-
-  private _update(): void {
-    const elapsed = (Date.now() - this._controller.policyReadAt) / 1000;
-    const view = describeAutoPause(this._controller.policy, elapsed, this._trans);
-    if (!view) {
-      this._hide();
-      return;
-    }
-    if (this._id && this._key !== view.key) {
-      this._hide(); // another announcement: a fresh notification
-    }
-    if (!this._id) {
-      this._key = view.key;
-      this._id = Notification.warning(view.message, {
-        autoClose: false,
-        actions: [
-          {
-            label: this._trans.__('Cancel'),
-            caption: this._trans.__('Keep this workspace running: cancel the auto-pause'),
-            displayType: 'accent',
-            callback: () => void this._cancel()
-          }
-        ]
-      });
-      this._timer = window.setInterval(() => this._update(), 1000);
-    } else if (view.message !== this._shown) {
-      Notification.update({ id: this._id, message: view.message, type: 'warning' });
-    }
-    this._shown = view.message;
-  }
-
-  private async _cancel(): Promise<void> {
-    this._hide();
-    try {
-      await this._controller.cancelAutoPause();
-    } catch (error) {
-      Notification.error(
-        this._trans.__('Cannot cancel the auto-pause: %1', (error as Error).message),
-        { autoClose: 8000 }
-      );
-    }
-  }
-
-  private _hide(): void {
-    if (this._timer !== null) {
-      window.clearInterval(this._timer);
-      this._timer = null;
-    }
-    if (this._id) {
-      Notification.dismiss(this._id);
-      this._id = null;
-      this._key = null;
-      this._shown = null;
-    }
-  }
-
-  private _id: string | null = null;
-  private _key: string | null = null;
-  private _shown: string | null = null;
-  private _timer: number | null = null;
-  private _isDisposed = false;
+  const left = Math.max(0, (policy.seconds_left ?? 0) - Math.max(0, elapsed));
+  const countdown = formatCountdown(left);
+  const profile = policy.profile?.name ?? '?';
+  const idle = formatIdleTime(policy.profile?.idle_after);
+  const message =
+    policy.profile?.action === 'stop'
+      ? trans.__(
+          'This workspace will stop its kernels in %1 because it has been idle for %2 (profile %3).',
+          countdown,
+          idle,
+          profile
+        )
+      : trans.__(
+          'This workspace will pause in %1 because it has been idle for %2 (profile %3).',
+          countdown,
+          idle,
+          profile
+        );
+  return { key: policy.deadline ?? `${profile}:${policy.seconds_left}`, secondsLeft: left, message };
 }

@@ -1,22 +1,12 @@
-import { Event, ServerConnection } from '@jupyterlab/services';
-import { IDisposable } from '@lumino/disposable';
+import type { Event } from '@jupyterlab/services';
 import { Poll, Throttler } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import {
-  describeAction,
-  describeStatus,
-  IActionView,
-  IBusyKernel,
-  IFlight,
-  IPolicy,
-  IReportVariable,
-  isFlightActive,
-  IStatus,
-  IStatusView,
-  ITrans
-} from './model';
-import { requestAPI } from './request';
+import { describeAction, IActionView, IBusyKernel } from './action';
+import type { IFlight, IPauseAPI, IPolicy, IReportVariable, IStatus, WorkspaceState } from './api';
+import { ITrans } from './format';
+import { describeStatus, isFlightActive, IStatusView } from './status';
+import type { IPauseController, IPauseState } from './tokens';
 
 /** The server's lifecycle events (contract §3). */
 export const LIFECYCLE_SCHEMA = 'https://events.jupyter.org/jupyter_pause/lifecycle/v1';
@@ -29,14 +19,21 @@ export interface IStatusChange {
   current: IStatus | null;
 }
 
+/** A `POST pause` / `POST resume` this page sent: `sent` at once, then how it ended. */
+export interface IFlightRequest {
+  kind: 'pause' | 'resume';
+  phase: 'sent' | 'accepted' | 'failed';
+}
+
 /**
  * Holds the workspace state as the server reports it. Refreshed when a lifecycle event
  * arrives (throttled), by a slow safety poll (faster only while a flight runs), and after
- * each request this UI sends.
+ * each request this UI sends. Answers are applied in the order the reads were sent: an
+ * answer older than one already applied is dropped.
  */
-export class PauseController implements IDisposable {
+export class PauseController implements IPauseController {
   constructor(options: PauseController.IOptions) {
-    this._settings = options.serverSettings;
+    this._api = options.api;
     this._trans = options.trans;
     this._idleInterval = Math.max(5, options.pollInterval ?? 30) * 1000;
     this._throttler = new Throttler(() => this.refresh(), { limit: 250, edge: 'trailing' });
@@ -66,9 +63,19 @@ export class PauseController implements IDisposable {
     return this._changed;
   }
 
-  /** Emitted after each successful read of `GET status`, with the previous value. */
+  /** Emitted when the workspace state changes (from an event or a read). */
+  get stateChanged(): ISignal<this, IPauseState> {
+    return this._stateChanged;
+  }
+
+  /** Emitted after each successful read of `GET status`, with the previous read. */
   get statusRead(): ISignal<this, IStatusChange> {
     return this._statusRead;
+  }
+
+  /** Emitted when this page sends `POST pause/resume` and when the answer has been applied. */
+  get requested(): ISignal<this, IFlightRequest> {
+    return this._requested;
   }
 
   get status(): IStatus | null {
@@ -94,6 +101,7 @@ export class PauseController implements IDisposable {
     return this._error;
   }
 
+  /** True from a `POST pause/resume` until its answer (and the status after it) is in. */
   get pending(): boolean {
     return this._pending;
   }
@@ -144,7 +152,7 @@ export class PauseController implements IDisposable {
     let status: IStatus | null = null;
     let error: string | null = null;
     try {
-      status = await requestAPI<IStatus>('status', {}, this._settings);
+      status = await this._api.status();
     } catch (reason) {
       error = (reason as Error).message || String(reason);
     }
@@ -163,6 +171,7 @@ export class PauseController implements IDisposable {
     }
     this._adjustPoll();
     this._changed.emit();
+    this._emitState();
     if (status) {
       this._statusRead.emit({ previous, current: status });
     }
@@ -179,42 +188,35 @@ export class PauseController implements IDisposable {
     const seq = ++this._policySeq;
     let policy: IPolicy | null = null;
     try {
-      policy = await requestAPI<IPolicy>('policy', {}, this._settings);
+      policy = await this._api.policy();
     } catch (reason) {
       console.debug('jupyter-pause: no policy state', reason);
     }
     if (this._isDisposed || seq !== this._policySeq) {
       return; // a newer read is under way
     }
-    this._policy = policy;
-    this._policyReadAt = Date.now();
-    this._policyChanged.emit(policy);
+    this._setPolicy(policy);
   }
 
   /** `POST policy/cancel`: the person is here; the auto-pause must not happen. */
   async cancelAutoPause(): Promise<void> {
     try {
-      this._policy = await requestAPI<IPolicy>(
-        'policy/cancel',
-        { method: 'POST', body: '{}' },
-        this._settings
-      );
-      this._policyReadAt = Date.now();
-      this._policySeq++;
-      this._policyChanged.emit(this._policy);
+      const policy = await this._api.cancelAutoPause();
+      this._policySeq++; // a read sent before the cancel must not bring the countdown back
+      this._setPolicy(policy);
     } finally {
       void this.refreshPolicy();
     }
   }
 
   /** `POST pause`; resolves with the flight, rejects with the server's one-line message. */
-  async pause(): Promise<IFlight> {
-    return this._start('pause', { trigger: 'manual', interrupt: false });
+  pause(): Promise<IFlight> {
+    return this._start('pause');
   }
 
   /** `POST resume`. */
-  async resume(): Promise<IFlight> {
-    return this._start('resume', { trigger: 'manual' });
+  resume(): Promise<IFlight> {
+    return this._start('resume');
   }
 
   /**
@@ -223,12 +225,7 @@ export class PauseController implements IDisposable {
    */
   async recompute(path: string, names: string[]): Promise<IReportVariable[]> {
     try {
-      const reply = await requestAPI<{ variables: IReportVariable[] }>(
-        'recompute',
-        { method: 'POST', body: JSON.stringify({ path, names }) },
-        this._settings
-      );
-      return reply.variables ?? [];
+      return await this._api.recompute(path, names);
     } finally {
       await this.refresh();
     }
@@ -246,20 +243,45 @@ export class PauseController implements IDisposable {
     Signal.clearData(this);
   }
 
-  private async _start(kind: 'pause' | 'resume', body: object): Promise<IFlight> {
+  /**
+   * Send the request, then re-read the status before saying how it ended, so that listeners
+   * of `requested` see the state the server answered with.
+   */
+  private async _start(kind: 'pause' | 'resume'): Promise<IFlight> {
     this._pending = true;
     this._changed.emit();
+    this._requested.emit({ kind, phase: 'sent' });
+    let flight: IFlight | null = null;
+    let failure: unknown = null;
     try {
-      const reply = await requestAPI<{ flight: IFlight }>(
-        kind,
-        { method: 'POST', body: JSON.stringify(body) },
-        this._settings
-      );
-      return reply.flight;
-    } finally {
-      this._pending = false;
-      await this.refresh();
+      flight = await this._api.start(kind);
+    } catch (reason) {
+      failure = reason ?? new Error('request failed');
     }
+    this._pending = false;
+    await this.refresh();
+    this._requested.emit({ kind, phase: failure === null ? 'accepted' : 'failed' });
+    if (failure !== null) {
+      throw failure;
+    }
+    return flight as IFlight;
+  }
+
+  private _setPolicy(policy: IPolicy | null): void {
+    this._policy = policy;
+    this._policyReadAt = Date.now();
+    this._policyChanged.emit(policy);
+  }
+
+  /** Emit `stateChanged` when the state differs from the one last announced. */
+  private _emitState(): void {
+    const state = this._error ? null : (this._status?.state ?? null);
+    if (state === this._shownState) {
+      return;
+    }
+    const previous = this._shownState;
+    this._shownState = state;
+    this._stateChanged.emit({ state, previous, status: this._status });
   }
 
   private _onEvent(_: Event.IManager, event: Event.Emission): void {
@@ -276,12 +298,13 @@ export class PauseController implements IDisposable {
     if (this._status && typeof data.state === 'string') {
       this._status = {
         ...this._status,
-        state: data.state,
+        state: data.state as WorkspaceState,
         outcome: data.outcome ?? this._status.outcome,
         step: data.step !== undefined ? data.step : this._status.step,
         reason: data.reason !== undefined ? data.reason : this._status.reason
       };
       this._changed.emit();
+      this._emitState();
     }
     void this._throttler.invoke();
   }
@@ -299,7 +322,7 @@ export class PauseController implements IDisposable {
     }
   }
 
-  private _settings: ServerConnection.ISettings;
+  private _api: IPauseAPI;
   private _trans: ITrans;
   private _idleInterval: number;
   private _poll: Poll;
@@ -312,6 +335,7 @@ export class PauseController implements IDisposable {
   private _events: Event.IManager | null = null;
   private _status: IStatus | null = null;
   private _lastRead: IStatus | null = null;
+  private _shownState: WorkspaceState | null = null;
   private _error: string | null = null;
   private _pending = false;
   private _busy = new Map<string, IBusyKernel>();
@@ -319,12 +343,16 @@ export class PauseController implements IDisposable {
   private _applied = 0;
   private _isDisposed = false;
   private _changed = new Signal<this, void>(this);
+  private _stateChanged = new Signal<this, IPauseState>(this);
   private _statusRead = new Signal<this, IStatusChange>(this);
+  private _requested = new Signal<this, IFlightRequest>(this);
 }
 
 export namespace PauseController {
   export interface IOptions {
-    serverSettings: ServerConnection.ISettings;
+    /** The REST client (`PauseAPI` on the app's server settings). */
+    api: IPauseAPI;
+    /** The server's event stream; lifecycle events update the state at once. */
     events?: Event.IManager | null;
     trans: ITrans;
     /** Seconds between safety polls when nothing is happening. */

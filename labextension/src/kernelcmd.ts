@@ -1,37 +1,81 @@
-import { KernelMessage, Kernel } from '@jupyterlab/services';
+/**
+ * Runs the jupyter_pause line magics (`%checkpoint`, `%restore`) in a kernel for the
+ * *Checkpoint Now* and *Restore from Checkpoint* commands. The result comes from structured
+ * messages: the reply's status, the `error` message, and the report the magic displays as
+ * `REPORT_MIME` JSON. Printed text is only kept to be shown as it is.
+ */
 
-// A type alias (not an interface) so it counts as JSON for Notification.promise.
-export type IMagicResult = {
-  ok: boolean;
-  /** Everything the magic printed (stdout, stderr, results), progress lines collapsed. */
-  output: string;
-  /** One line for a notification: the error, or the last line printed. */
+import type { Kernel, KernelMessage } from '@jupyterlab/services';
+
+import type { IReportVariable } from './api';
+
+/** The MIME type of the report `%checkpoint` / `%restore` display, next to text and HTML. */
+export const REPORT_MIME = 'application/vnd.jupyter-pause.report+json';
+
+/** The report a magic displays (`REPORT_MIME`). */
+export interface IMagicReport {
+  /** "Checkpoint <id> of <stream>: 3 saved, 1 skipped". */
+  title: string;
+  /** The counts: "3 saved, 1 skipped". */
   summary: string;
-  /** The counts at the end of the summary ("3 saved, 1 skipped"), or the whole summary. */
-  counts: string;
-};
+  rows: IReportVariable[];
+  notes: string[];
+}
+
+/** How a magic run ended. */
+export interface IMagicResult {
+  ok: boolean;
+  /** Everything the magic printed and displayed as text, progress lines collapsed. */
+  output: string;
+  /** Why it failed (`ename: evalue`), or null. */
+  error: string | null;
+  /** The report the magic displayed, or null (failed, or a kernel without the MIME type). */
+  report: IMagicReport | null;
+}
+
+/** The part of a kernel connection `runMagic` uses. */
+export type IExecutingKernel = Pick<Kernel.IKernelConnection, 'requestExecute'>;
+
+/** The code that runs one magic without binding a name in the user's namespace. */
+export function magicCode(magic: 'checkpoint' | 'restore', args = ''): string {
+  return (
+    "get_ipython().extension_manager.load_extension('jupyter_pause')\n" +
+    `get_ipython().run_line_magic(${JSON.stringify(magic)}, ${JSON.stringify(args)});`
+  );
+}
+
+/** Progress bars rewrite their line with \r: keep only the final state of each line. */
+export function collapseProgress(text: string): string {
+  return text
+    .split('\n')
+    .map(line => line.split('\r').pop() ?? '')
+    .join('\n')
+    .trim();
+}
+
+function isReport(data: unknown): data is IMagicReport {
+  const r = data as IMagicReport;
+  return !!r && typeof r === 'object' && typeof r.summary === 'string' && Array.isArray(r.rows);
+}
 
 /**
- * Run one of the jupyter_pause line magics (`%checkpoint`, `%restore`) in a kernel without
- * touching the notebook: no history entry, output captured here rather than in a cell.
+ * Run `%<magic> <args>` in `kernel` without touching the notebook: no history entry, output
+ * captured here rather than in a cell.
  */
 export async function runMagic(
-  kernel: Kernel.IKernelConnection,
+  kernel: IExecutingKernel,
   magic: 'checkpoint' | 'restore',
   args = ''
 ): Promise<IMagicResult> {
-  const code =
-    "get_ipython().extension_manager.load_extension('jupyter_pause')\n" +
-    `get_ipython().run_line_magic(${JSON.stringify(magic)}, ${JSON.stringify(args)});`;
   const future = kernel.requestExecute({
-    code,
+    code: magicCode(magic, args),
     silent: false,
     store_history: false,
     allow_stdin: false,
     stop_on_error: false
   });
   const chunks: string[] = [];
-  let lastDisplay = '';
+  let report: IMagicReport | null = null;
   let error: string | null = null;
   future.onIOPub = (msg: KernelMessage.IIOPubMessage) => {
     const content = msg.content as any;
@@ -40,30 +84,25 @@ export async function runMagic(
         chunks.push(String(content.text ?? ''));
         break;
       case 'execute_result':
-      case 'display_data':
-        if (content.data?.['text/plain']) {
-          lastDisplay = String(content.data['text/plain']);
-          chunks.push(lastDisplay + '\n');
+      case 'display_data': {
+        const data = content.data ?? {};
+        if (isReport(data[REPORT_MIME])) {
+          report = data[REPORT_MIME];
+        }
+        if (data['text/plain']) {
+          chunks.push(String(data['text/plain']) + '\n');
         }
         break;
+      }
       case 'error':
         error = `${content.ename}: ${content.evalue}`;
         break;
     }
   };
   const reply = await future.done;
-  // Progress bars rewrite their line with \r: keep only the final state of each line.
-  const output = chunks
-    .join('')
-    .split('\n')
-    .map(line => line.split('\r').pop() ?? '')
-    .join('\n')
-    .trim();
-  const ok = reply.content.status === 'ok' && error === null;
-  // The magics end with a report whose first line is the summary ("Checkpoint … : 3 saved").
-  const lines = (lastDisplay || output).split('\n').filter(l => l.trim());
-  const summary = error ?? (lastDisplay ? lines[0] : lines[lines.length - 1] ?? '');
-  const cut = summary.lastIndexOf(': ');
-  const counts = ok && cut >= 0 ? summary.slice(cut + 2) : summary;
-  return { ok, output, summary, counts };
+  if (reply.content.status !== 'ok' && error === null) {
+    const content = reply.content as Partial<KernelMessage.IReplyErrorContent>;
+    error = `${content.ename ?? 'Error'}: ${content.evalue ?? reply.content.status}`;
+  }
+  return { ok: error === null, output: collapseProgress(chunks.join('')), error, report };
 }

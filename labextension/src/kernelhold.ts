@@ -15,7 +15,8 @@
  * the person is told to resume. No JupyterLab imports, so it is unit-tested in Node.
  */
 
-import { isFlightActive, IStatus } from './model';
+import type { IStatus } from './api';
+import { isFlightActive } from './status';
 
 /** The part of `ISessionContext` the hold uses. */
 export interface IHoldableContext {
@@ -87,6 +88,26 @@ export class KernelHold {
   cancelResume(status: IStatus | null): void {
     this._resumeRequested = false;
     this.set(holdModeOf(status));
+  }
+
+  /**
+   * Follow a `POST pause` / `POST resume` this page sent: hold from the click on (the server's
+   * answer may come after a cell run); a refused resume follows the server's state again.
+   */
+  followRequest(
+    kind: 'pause' | 'resume',
+    phase: 'sent' | 'accepted' | 'failed',
+    status: IStatus | null
+  ): void {
+    if (phase === 'sent') {
+      if (kind === 'pause') {
+        this.set('busy');
+      } else {
+        this.expectResume();
+      }
+    } else if (phase === 'failed' && kind === 'resume') {
+      this.cancelResume(status);
+    }
   }
 
   /** The hold a status read calls for, given a resume this page requested. */

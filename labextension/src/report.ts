@@ -1,245 +1,157 @@
-import { Dialog, showDialog } from '@jupyterlab/apputils';
-import { Widget } from '@lumino/widgets';
+/**
+ * The resume report as people read it: variables grouped by what happened to them, the
+ * headline of the notification, the step timings. No JupyterLab imports, so it is unit-tested
+ * in Node.
+ */
 
-import { PauseController } from './controller';
-import {
-  durationRows,
-  formatBytes,
-  formatDuration,
-  formatTime,
-  groupVariables,
-  IKernelReport,
-  IReportVariable,
-  ITrans,
-  outcomeText,
-  reportHeadline
-} from './model';
+import type { IReport, IReportVariable, IStatus } from './api';
+import { formatDuration, ITrans, secondsBetween } from './format';
 
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  className?: string,
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  if (className) {
-    node.className = className;
+/** Total seconds from the resume request to a usable kernel. */
+export function reportTotalSeconds(report: IReport | null): number | null {
+  if (!report) {
+    return null;
   }
-  if (text !== undefined) {
-    node.textContent = text; // never innerHTML: names and reasons come from user code
+  const total = report.durations?.['total_s'];
+  if (typeof total === 'number') {
+    return total;
   }
-  return node;
+  return secondsBetween(report.requested, report.usable);
+}
+
+export interface IVariableGroups {
+  live: IReportVariable[];
+  restored: IReportVariable[];
+  recomputed: IReportVariable[];
+  /** Skipped (or stale) but the cell that made it is known and can be re-run. */
+  recomputable: IReportVariable[];
+  skipped: IReportVariable[];
+  failed: IReportVariable[];
+}
+
+/** Statuses of variables that are in the namespace after the resume. */
+const BACK: ReadonlySet<string> = new Set(['live', 'restored', 'recomputed']);
+
+/** Whether any variable of the report did not come back. */
+export function isIncomplete(report: IReport): boolean {
+  return (report.kernels ?? []).some(k => (k.variables ?? []).some(v => !BACK.has(v.status)));
+}
+
+/** Variables by what happened to them, each group sorted by name. */
+export function groupVariables(variables: IReportVariable[] | undefined): IVariableGroups {
+  const g: IVariableGroups = {
+    live: [],
+    restored: [],
+    recomputed: [],
+    recomputable: [],
+    skipped: [],
+    failed: []
+  };
+  for (const v of variables ?? []) {
+    if (v.status === 'live' || v.status === 'restored' || v.status === 'recomputed') {
+      g[v.status].push(v);
+    } else if (v.recomputable) {
+      g.recomputable.push(v);
+    } else {
+      // skipped, stale and anything unknown: not in the namespace now.
+      (v.status === 'failed' ? g.failed : g.skipped).push(v);
+    }
+  }
+  for (const list of Object.values(g) as IReportVariable[][]) {
+    list.sort((a, b) => a.name.localeCompare(b.name));
+  }
+  return g;
+}
+
+/** One line per kernel outcome and for the whole report. */
+export function outcomeText(outcome: string | null | undefined, trans: ITrans): string {
+  switch (outcome) {
+    case 'live':
+      return trans.__('came back live');
+    case 'restored':
+      return trans.__('restored from checkpoint');
+    case 'fresh':
+      return trans.__('fresh kernel (nothing to restore)');
+    case 'failed':
+      return trans.__('failed');
+    default:
+      return String(outcome ?? '?');
+  }
+}
+
+/** The notification text after a resume. */
+export function reportHeadline(report: IReport, trans: ITrans): string {
+  let restored = 0;
+  let live = 0;
+  let missing = 0;
+  for (const k of report.kernels ?? []) {
+    const g = groupVariables(k.variables);
+    restored += g.restored.length + g.recomputed.length;
+    live += g.live.length;
+    missing += g.skipped.length + g.failed.length + g.recomputable.length;
+  }
+  const took = reportTotalSeconds(report);
+  const tookText = took !== null ? trans.__(' in %1', formatDuration(took)) : '';
+  const missingText =
+    missing > 0
+      ? trans._n(' %1 variable did not come back.', ' %1 variables did not come back.', missing)
+      : '';
+  switch (report.outcome) {
+    case 'restored':
+      return (
+        trans._n(
+          'Resumed%2: restored from checkpoint (%1 variable).',
+          'Resumed%2: restored from checkpoint (%1 variables).',
+          restored,
+          tookText
+        ) + missingText
+      );
+    case 'live':
+      return (
+        trans._n(
+          'Resumed%2: the kernel came back live (%1 variable kept).',
+          'Resumed%2: the kernels came back live (%1 variables kept).',
+          live,
+          tookText
+        ) + missingText
+      );
+    case 'fresh':
+      return trans.__('Resumed%1 with a fresh kernel: there was no checkpoint to restore.', tookText);
+    case 'failed':
+      return trans.__('Resume failed.');
+    default:
+      return trans.__('Resumed%1.', tookText);
+  }
+}
+
+/** Report durations as rows in the server's order, then the total (request -> usable). */
+export function durationRows(
+  report: IReport,
+  trans: ITrans
+): { label: string; seconds: number }[] {
+  const rows: { label: string; seconds: number }[] = [];
+  for (const [key, value] of Object.entries(report.durations ?? {})) {
+    if (key === 'total_s' || typeof value !== 'number') {
+      continue;
+    }
+    const name = key.replace(/_s$/, '').replace(/_/g, ' ');
+    rows.push({ label: name.charAt(0).toUpperCase() + name.slice(1), seconds: value });
+  }
+  const total = reportTotalSeconds(report);
+  if (total !== null) {
+    rows.push({ label: trans.__('Resume request → kernel usable'), seconds: total });
+  }
+  return rows;
 }
 
 /**
- * The body of the details dialog: current state (reason, what to do), the last resume
- * report grouped by what happened to each variable, and the step timings.
+ * Whether a newly read status carries a resume report not yet announced. `seen` is the
+ * flight id of the last report shown (or present at page load, so old reports stay quiet).
  */
-export class PauseReportBody extends Widget {
-  constructor(
-    private _controller: PauseController,
-    private _trans: ITrans
-  ) {
-    super();
-    this.addClass('jp-PauseReport');
-    _controller.changed.connect(this._render, this);
-    this._render();
+export function hasNewReport(seen: string | null, next: IStatus | null): boolean {
+  const report = next?.last_report;
+  if (!next || !report || (next.state !== 'ready' && next.state !== 'failed')) {
+    return false;
   }
-
-  dispose(): void {
-    this._controller.changed.disconnect(this._render, this);
-    super.dispose();
-  }
-
-  private _results = new Map<string, string>();
-  private _running = new Set<string>();
-
-  private _render(): void {
-    const trans = this._trans;
-    const status = this._controller.status;
-    const view = this._controller.statusView;
-    const root = this.node;
-    root.replaceChildren();
-
-    // Current state.
-    const state = el('section', 'jp-PauseReport-state');
-    state.append(el('h3', undefined, trans.__('Current state')));
-    const label = el('p', 'jp-PauseReport-stateLabel', view.label);
-    label.dataset.severity = view.severity;
-    state.append(label);
-    if (status?.reason) {
-      state.append(el('p', 'jp-PauseReport-reason', trans.__('Reason: %1', status.reason)));
-    }
-    if (status?.hint) {
-      state.append(el('p', 'jp-PauseReport-hint', trans.__('What to do: %1', status.hint)));
-    }
-    if (this._controller.error) {
-      state.append(el('p', 'jp-PauseReport-reason', this._controller.error));
-    }
-    if (status?.last_checkpoint) {
-      const cp = status.last_checkpoint;
-      state.append(
-        el(
-          'p',
-          undefined,
-          trans.__(
-            'Last checkpoint: %1, %2, %3.',
-            cp.id,
-            cp.created ? formatTime(cp.created) : '?',
-            formatBytes(cp.bytes_total ?? null)
-          )
-        )
-      );
-    }
-    root.append(state);
-
-    const report = status?.last_report;
-    if (!report) {
-      root.append(el('p', 'jp-PauseReport-empty', trans.__('No resume has been reported yet.')));
-      return;
-    }
-
-    // Headline of the last resume.
-    const head = el('section', 'jp-PauseReport-summary');
-    head.append(el('h3', undefined, trans.__('Last resume')));
-    head.append(el('p', 'jp-PauseReport-headline', reportHeadline(report, trans)));
-    root.append(head);
-
-    for (const kernel of report.kernels ?? []) {
-      root.append(this._renderKernel(kernel));
-    }
-
-    // Timings: resume request -> kernel usable.
-    const rows = durationRows(report, trans);
-    if (rows.length > 0) {
-      const section = el('section', 'jp-PauseReport-timings');
-      section.append(el('h3', undefined, trans.__('How long each step took')));
-      const table = el('table');
-      rows.forEach((row, i) => {
-        const tr = el('tr', i === rows.length - 1 ? 'jp-PauseReport-total' : undefined);
-        tr.append(el('th', undefined, row.label), el('td', undefined, formatDuration(row.seconds)));
-        table.append(tr);
-      });
-      section.append(table);
-      root.append(section);
-    }
-  }
-
-  private async _recompute(path: string, names: string[]): Promise<void> {
-    const trans = this._trans;
-    this._running.add(path);
-    this._results.delete(path);
-    this._render();
-    let text: string;
-    try {
-      const vars = await this._controller.recompute(path, names);
-      const ok = vars.filter(v => v.status === 'recomputed').map(v => v.name);
-      const bad = vars.filter(v => v.status !== 'recomputed');
-      text = trans.__('Recomputed: %1.', ok.join(', ') || trans.__('nothing'));
-      if (bad.length) {
-        const why = bad.map(v => `${v.name} (${v.reason || v.status})`).join(', ');
-        text += ' ' + trans.__('Not recomputed: %1.', why);
-      }
-    } catch (error) {
-      text = trans.__('Recompute failed: %1', (error as Error).message);
-    }
-    this._running.delete(path);
-    this._results.set(path, text);
-    if (!this.isDisposed) {
-      this._render();
-    }
-  }
-
-  private _renderKernel(kernel: IKernelReport): HTMLElement {
-    const trans = this._trans;
-    const section = el('section', 'jp-PauseReport-kernel');
-    const title = el('h4');
-    title.textContent = `${kernel.path || kernel.kernel_id || '?'}: ${outcomeText(kernel.outcome, trans)}`;
-    section.append(title);
-    if (kernel.reason) {
-      const failed = kernel.outcome === 'failed';
-      section.append(el('p', failed ? 'jp-PauseReport-reason' : 'jp-PauseReport-meta', kernel.reason));
-    }
-    if (kernel.checkpoint_id && kernel.outcome === 'restored') {
-      section.append(el('p', 'jp-PauseReport-meta', trans.__('Checkpoint %1', kernel.checkpoint_id)));
-    }
-    // The server marks recomputed variables in its report (POST recompute updates it).
-    const groups = groupVariables(kernel.variables ?? []);
-    const list = (heading: string, vars: IReportVariable[], group: string) => {
-      if (vars.length === 0) {
-        return;
-      }
-      const block = el('div', 'jp-PauseReport-group');
-      block.dataset.group = group;
-      block.append(el('h5', undefined, `${heading} (${vars.length})`));
-      const ul = el('ul');
-      for (const v of vars) {
-        const li = el('li');
-        li.append(el('code', undefined, v.name));
-        const details: string[] = [];
-        if (v.kind) {
-          details.push(v.kind);
-        }
-        if (typeof v.size === 'number' && (v.size > 0 || group === 'restored')) {
-          details.push(formatBytes(v.size));
-        }
-        if (details.length) {
-          li.append(el('span', 'jp-PauseReport-meta', ` ${details.join(', ')}`));
-        }
-        if (v.reason) {
-          li.append(el('span', 'jp-PauseReport-why', ` — ${v.reason}`));
-        }
-        if (v.cell?.execution_count != null && group === 'recomputable') {
-          li.append(
-            el('span', 'jp-PauseReport-meta', ' ' + trans.__('(cell [%1])', v.cell.execution_count))
-          );
-        }
-        ul.append(li);
-      }
-      block.append(ul);
-      section.append(block);
-      return block;
-    };
-    list(trans.__('Came back live'), groups.live, 'live');
-    list(trans.__('Restored from the checkpoint'), groups.restored, 'restored');
-    list(trans.__('Recomputed'), groups.recomputed, 'recomputed');
-    const recomputable = list(trans.__('Can be recomputed'), groups.recomputable, 'recomputable');
-    const path = kernel.path;
-    if (recomputable && path) {
-      const names = groups.recomputable.map(v => v.name);
-      const button = el('button', 'jp-mod-styled jp-mod-accept jp-PauseReport-recompute');
-      button.textContent = trans.__('Recompute %1', names.join(', '));
-      button.setAttribute('aria-label', trans.__('Re-run the cells that made %1', names.join(', ')));
-      button.disabled = this._running.has(path);
-      button.addEventListener('click', () => void this._recompute(path, names));
-      recomputable.append(button);
-    }
-    // Kept across re-renders (a status event re-renders the whole body).
-    const result = path ? this._results.get(path) : undefined;
-    if (path && (result || this._running.has(path))) {
-      const p = el('p', 'jp-PauseReport-result', result ?? trans.__('Re-running the recorded cells…'));
-      p.setAttribute('aria-live', 'polite');
-      section.append(p);
-    }
-    list(trans.__('Skipped'), groups.skipped, 'skipped');
-    list(trans.__('Failed'), groups.failed, 'failed');
-    if (!(kernel.variables ?? []).length) {
-      section.append(el('p', 'jp-PauseReport-empty', trans.__('No variables.')));
-    }
-    return section;
-  }
-}
-
-/** Open the details / report dialog. */
-export async function showReportDialog(controller: PauseController, trans: ITrans): Promise<void> {
-  void controller.refresh();
-  const body = new PauseReportBody(controller, trans);
-  try {
-    await showDialog({
-      title: trans.__('Pause and resume'),
-      body,
-      buttons: [Dialog.okButton({ label: trans.__('Close') })]
-    });
-  } finally {
-    body.dispose();
-  }
+  return report.flight_id !== seen;
 }

@@ -1,7 +1,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { PauseController } from './controller';
-import { ITrans } from './model';
+import { ITrans } from './format';
 
 /**
  * Status bar item: always shows the workspace state. Focusable; Enter, Space or a click

@@ -1,14 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { describeAutoPause, formatCountdown, formatIdleTime, IPolicy, ITrans } from '../model';
-
-const fmt = (msg: string, args: any[]) =>
-  msg.replace(/%(\d+)/g, (_, i) => String(args[Number(i) - 1]));
-const trans: ITrans = {
-  __: (msg: string, ...args: any[]) => fmt(msg, args),
-  _n: (one: string, many: string, n: number, ...args: any[]) => fmt(n === 1 ? one : many, [n, ...args])
-};
+import { IPolicy } from '../api';
+import { describeAutoPause } from '../autopause';
+import { formatCountdown, formatIdleTime } from '../format';
+import { trans } from './trans';
 
 function policy(partial: Partial<IPolicy>): IPolicy {
   return {

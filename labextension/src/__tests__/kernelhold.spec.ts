@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
 import { holdModeOf, IHoldableContext, KernelHold } from '../kernelhold';
-import { IStatus } from '../model';
+import { IStatus } from '../api';
 
 /** A notebook's session context as the hold sees it: counts the kernels it really starts. */
 class Context implements IHoldableContext {
@@ -142,6 +142,33 @@ describe('KernelHold resume requests', () => {
     hold.cancelResume(status('paused'));
     assert.equal(await run, false);
     assert.deepEqual(calls, { paused: 1, waiting: 1 });
+  });
+});
+
+describe('KernelHold.followRequest', () => {
+  it('holds from the Pause click on', async () => {
+    const { hold, calls } = setup();
+    const ctx = new Context();
+    hold.attach(ctx);
+    hold.followRequest('pause', 'sent', status('running'));
+    const run = ctx.startKernel();
+    assert.equal(await pending(run), true, 'a cell run right after the click waits');
+    hold.followRequest('pause', 'accepted', status('checkpointing'));
+    assert.equal(hold.mode, 'busy');
+    hold.set(hold.modeFor(status('paused')));
+    assert.equal(await run, false);
+    assert.deepEqual(calls, { paused: 1, waiting: 1 });
+  });
+
+  it('holds from the Resume click on, and lets go when the request is refused', async () => {
+    const { hold } = setup();
+    hold.set(hold.modeFor(status('paused')));
+    hold.followRequest('resume', 'sent', status('paused'));
+    assert.equal(hold.mode, 'busy');
+    assert.equal(hold.modeFor(status('paused')), 'busy', 'a stale "paused" read keeps holding');
+    hold.followRequest('resume', 'failed', status('paused'));
+    assert.equal(hold.mode, 'paused');
+    assert.equal(hold.modeFor(status('paused')), 'paused');
   });
 });
 

@@ -1,30 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import {
-  busyPaths,
-  describeAction,
-  describeStatus,
-  durationRows,
-  formatBytes,
-  formatDuration,
-  groupVariables,
-  hasNewReport,
-  IReport,
-  isFlightActive,
-  IStatus,
-  ITrans,
-  reportHeadline,
-  stepProgress
-} from '../model';
-
-/** Same placeholder rules as JupyterLab's nullTranslator: %1, %2 ...; in _n, %1 is n. */
-const fmt = (msg: string, args: any[]) =>
-  msg.replace(/%(\d+)/g, (_, i) => String(args[Number(i) - 1]));
-const trans: ITrans = {
-  __: (msg: string, ...args: any[]) => fmt(msg, args),
-  _n: (one: string, many: string, n: number, ...args: any[]) => fmt(n === 1 ? one : many, [n, ...args])
-};
+import { busyPaths, describeAction } from '../action';
+import { IReport, IStatus } from '../api';
+import { formatBytes, formatDuration } from '../format';
+import { durationRows, groupVariables, hasNewReport, reportHeadline } from '../report';
+import { describeStatus, isFlightActive, stepProgress } from '../status';
+import { trans } from './trans';
 
 const backend = { name: 'local', configured: true, can_pause: true, why_not: null };
 

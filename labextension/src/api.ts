@@ -1,0 +1,243 @@
+/**
+ * The jupyter_pause REST API (`<base_url>/jupyter-pause/api/...`): the shapes of its answers
+ * and a client for the calls this extension makes.
+ */
+
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+/** Workspace states of the server's lifecycle (contract: `GET status` -> `state`). */
+export type WorkspaceState =
+  | 'running'
+  | 'checkpointing'
+  | 'snapshotting'
+  | 'releasing'
+  | 'paused'
+  | 'resuming'
+  | 'waiting_for_capacity'
+  | 'verifying'
+  | 'restoring'
+  | 'ready'
+  | 'failed';
+
+export type Outcome = 'live' | 'restored' | 'fresh' | 'failed';
+
+export interface IStep {
+  name: string;
+  done?: number | null;
+  total?: number | null;
+  message?: string | null;
+  unit?: string | null;
+}
+
+export interface IFlight {
+  id: string;
+  kind: 'pause' | 'resume';
+  trigger?: string;
+  started?: string;
+}
+
+export interface IBackendInfo {
+  name: string;
+  configured: boolean;
+  can_pause: boolean;
+  why_not?: string | null;
+}
+
+export interface IKernelInfo {
+  id: string;
+  name?: string;
+  path?: string | null;
+  execution_state?: string | null;
+}
+
+export interface ICheckpointSummary {
+  id: string;
+  created?: string | null;
+  bytes_total?: number | null;
+  kernels?: number | null;
+}
+
+export interface ICellProvenance {
+  execution_count?: number | null;
+  source?: string | null;
+}
+
+export interface IReportVariable {
+  name: string;
+  kind?: string | null;
+  size?: number | null;
+  status: 'live' | 'restored' | 'skipped' | 'stale' | 'failed' | 'recomputed' | string;
+  reason?: string | null;
+  recomputable?: boolean;
+  cell?: ICellProvenance | null;
+}
+
+export interface IKernelReport {
+  path?: string | null;
+  kernel_id?: string | null;
+  outcome: Outcome | string;
+  reason?: string | null;
+  checkpoint_id?: string | null;
+  variables?: IReportVariable[];
+}
+
+export interface IReport {
+  flight_id: string;
+  outcome: Outcome | string;
+  requested?: string | null;
+  usable?: string | null;
+  durations?: { [key: string]: number };
+  kernels?: IKernelReport[];
+}
+
+export interface ITimelineEntry {
+  event: string;
+  at: string;
+  [key: string]: unknown;
+}
+
+/** The checkpoints a resume restores; `offered` ones are the way back after a failed pause. */
+export interface IResumeFrom {
+  offered: boolean;
+  checkpoints: {
+    path?: string | null;
+    checkpoint_id?: string | null;
+    created?: string | null;
+    age_s?: number | null;
+  }[];
+}
+
+/** `GET status`. */
+export interface IStatus {
+  state: WorkspaceState;
+  outcome?: Outcome | null;
+  step?: IStep | null;
+  reason?: string | null;
+  hint?: string | null;
+  flight?: IFlight | null;
+  timeline?: ITimelineEntry[];
+  backend?: IBackendInfo | null;
+  kernels?: IKernelInfo[];
+  last_checkpoint?: ICheckpointSummary | null;
+  last_report?: IReport | null;
+  /** True when POST resume would work now (paused, or a failure that left a way back). */
+  resume_available?: boolean;
+  /** What a resume would restore; `offered` when it is an older checkpoint (a pause failed). */
+  resume_from?: IResumeFrom | null;
+}
+
+/** `GET policy` (the idle policy's auto-pause state); only the fields the UI uses. */
+export interface IPolicy {
+  enabled: boolean;
+  /** disabled | watching | announced | firing | inactive (a flight runs, or paused). */
+  state: string;
+  profile?: {
+    name: string;
+    action?: 'pause' | 'stop' | 'none' | string;
+    idle_after?: number;
+    grace_period?: number;
+  } | null;
+  deadline?: string | null;
+  seconds_left?: number | null;
+  cancellable?: boolean;
+  last_decision?: { kind: string; reason: string } | null;
+}
+
+/** The calls the controller makes; an interface so tests can answer them in any order. */
+export interface IPauseAPI {
+  /** `GET status`. */
+  status(): Promise<IStatus>;
+  /** `GET policy`. */
+  policy(): Promise<IPolicy>;
+  /** `POST policy/cancel`: cancel an announced auto-pause. */
+  cancelAutoPause(): Promise<IPolicy>;
+  /** `POST pause` or `POST resume` with `trigger: manual`. */
+  start(kind: 'pause' | 'resume'): Promise<IFlight>;
+  /** `POST recompute`: re-run the recorded cells of skipped variables of one notebook. */
+  recompute(path: string, names: string[]): Promise<IReportVariable[]>;
+}
+
+/** Thrown for a non-2xx answer; `message` is the server's one-line `{"message"}` when present. */
+export class APIError extends Error {
+  constructor(
+    message: string,
+    readonly status: number
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * Call the jupyter_pause REST API (`<base_url>/jupyter-pause/api/<endPoint>`).
+ * ServerConnection.makeRequest adds the token and the XSRF header.
+ */
+export async function requestAPI<T>(
+  endPoint = '',
+  init: RequestInit = {},
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<T> {
+  const url = URLExt.join(settings.baseUrl, 'jupyter-pause', 'api', endPoint);
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, init, settings);
+  } catch (error) {
+    throw new ServerConnection.NetworkError(error as TypeError);
+  }
+  const text = await response.text();
+  let data: any = text;
+  if (text.length > 0) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      // Not JSON (e.g. an HTML 404 page): keep the text for the message below.
+    }
+  }
+  if (!response.ok) {
+    let message = data && typeof data === 'object' ? data.message || data.reason : '';
+    if (!message) {
+      message =
+        response.status === 404
+          ? 'the jupyter_pause server extension is not running on this server'
+          : `${response.status} ${response.statusText}`;
+    }
+    throw new APIError(String(message), response.status);
+  }
+  return data as T;
+}
+
+/** The REST client, on the settings of JupyterLab's service manager. */
+export class PauseAPI implements IPauseAPI {
+  constructor(private _settings: ServerConnection.ISettings) {}
+
+  status(): Promise<IStatus> {
+    return requestAPI<IStatus>('status', {}, this._settings);
+  }
+
+  policy(): Promise<IPolicy> {
+    return requestAPI<IPolicy>('policy', {}, this._settings);
+  }
+
+  cancelAutoPause(): Promise<IPolicy> {
+    return this._post<IPolicy>('policy/cancel', {});
+  }
+
+  async start(kind: 'pause' | 'resume'): Promise<IFlight> {
+    // A manual pause never interrupts a running cell: the button is disabled meanwhile.
+    const body = kind === 'pause' ? { trigger: 'manual', interrupt: false } : { trigger: 'manual' };
+    const reply = await this._post<{ flight: IFlight }>(kind, body);
+    return reply.flight;
+  }
+
+  async recompute(path: string, names: string[]): Promise<IReportVariable[]> {
+    const reply = await this._post<{ variables?: IReportVariable[] }>('recompute', {
+      path,
+      names
+    });
+    return reply.variables ?? [];
+  }
+
+  private _post<T>(endPoint: string, body: object): Promise<T> {
+    return requestAPI<T>(endPoint, { method: 'POST', body: JSON.stringify(body) }, this._settings);
+  }
+}

@@ -1,0 +1,231 @@
+/**
+ * The commands: Pause, Resume (and the toolbar's toggle between them), Checkpoint Now,
+ * Restore from Checkpoint, Show Pause/Resume Report.
+ */
+
+import { JupyterFrontEnd } from '@jupyterlab/application';
+import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { Kernel } from '@jupyterlab/services';
+import { DisposableDelegate, DisposableSet, IDisposable } from '@lumino/disposable';
+import { Widget } from '@lumino/widgets';
+
+import { PauseController } from './controller';
+import { ITrans } from './format';
+import { pauseIcon, resumeIcon } from './icons';
+import { IMagicResult, runMagic } from './kernelcmd';
+import { isFlightActive } from './status';
+
+export namespace CommandIDs {
+  /** The toolbar button: Pause or Resume, whichever applies. */
+  export const toggle = 'jupyter-pause:toggle';
+  export const pause = 'jupyter-pause:pause';
+  export const resume = 'jupyter-pause:resume';
+  export const checkpoint = 'jupyter-pause:checkpoint';
+  export const restore = 'jupyter-pause:restore';
+  export const showReport = 'jupyter-pause:show-report';
+}
+
+/** The commands of the command palette, in its order. */
+export const PALETTE_COMMANDS = [
+  CommandIDs.pause,
+  CommandIDs.resume,
+  CommandIDs.checkpoint,
+  CommandIDs.restore,
+  CommandIDs.showReport
+];
+
+type Commands = JupyterFrontEnd['commands'];
+type CommandOptions = Parameters<Commands['addCommand']>[1];
+
+export interface ICommandsOptions {
+  commands: Commands;
+  controller: PauseController;
+  tracker: INotebookTracker | null;
+  trans: ITrans;
+  showReport: () => Promise<void>;
+}
+
+/** A dialog body showing captured kernel output as preformatted text. */
+function preBody(text: string): Widget {
+  const w = new Widget();
+  w.addClass('jp-PauseOutput');
+  const pre = document.createElement('pre');
+  pre.textContent = text;
+  w.node.appendChild(pre);
+  return w;
+}
+
+/** The notebook a kernel command works on. */
+interface INotebook {
+  path: string;
+  kernel: Kernel.IKernelConnection;
+}
+
+/** The current notebook's path and kernel, or null without either. */
+function currentNotebook(tracker: INotebookTracker | null): INotebook | null {
+  const panel = tracker?.currentWidget;
+  const kernel = panel?.sessionContext.session?.kernel;
+  return panel && kernel ? { path: panel.context.path, kernel } : null;
+}
+
+const reason = (error: unknown) => (error as Error)?.message || String(error);
+
+/** `%checkpoint` in the notebook's kernel, with a notification while it runs and after. */
+async function checkpointNow(notebook: INotebook, trans: ITrans): Promise<IMagicResult | null> {
+  const name = notebook.path;
+  const run = runMagic(notebook.kernel, 'checkpoint');
+  // Resolves with the counts ("3 saved, 1 skipped"), or null when the kernel sent none.
+  const work = run.then(result => {
+    if (!result.ok) {
+      throw new Error(result.error || trans.__('no reason given'));
+    }
+    return result.report?.summary ?? null;
+  });
+  Notification.promise(work, {
+    pending: { message: trans.__('Writing a checkpoint of %1…', name), options: {} },
+    success: {
+      message: (summary: unknown) =>
+        typeof summary === 'string'
+          ? trans.__('Checkpoint of %1 written: %2.', name, summary)
+          : trans.__('Checkpoint of %1 written.', name),
+      options: { autoClose: 8000 }
+    },
+    error: {
+      message: (error: unknown) => trans.__('Checkpoint of %1 failed: %2', name, reason(error)),
+      options: { autoClose: false }
+    }
+  });
+  return work.then(() => run).catch(() => null);
+}
+
+/** `%restore` in the notebook's kernel once confirmed; the output is behind "Show output". */
+async function restoreNow(notebook: INotebook, trans: ITrans): Promise<IMagicResult | null> {
+  const name = notebook.path;
+  const answer = await showDialog({
+    title: trans.__('Restore from checkpoint'),
+    body: trans.__(
+      'Load the variables of the last checkpoint of %1 into its kernel? Variables with the same names are replaced.',
+      name
+    ),
+    buttons: [
+      Dialog.cancelButton({ label: trans.__('Cancel') }),
+      Dialog.warnButton({ label: trans.__('Restore') })
+    ]
+  });
+  if (!answer.button.accept) {
+    return null;
+  }
+  const result = await runMagic(notebook.kernel, 'restore').catch(
+    (error): IMagicResult => ({ ok: false, output: '', error: String(error), report: null })
+  );
+  const actions = [
+    {
+      label: trans.__('Show output'),
+      callback: () =>
+        void showDialog({
+          title: trans.__('Restore from checkpoint'),
+          body: preBody(result.output || result.error || ''),
+          buttons: [Dialog.okButton({ label: trans.__('Close') })]
+        })
+    }
+  ];
+  if (!result.ok) {
+    const why = result.error || trans.__('no reason given');
+    Notification.error(trans.__('Restore of %1 failed: %2', name, why), {
+      actions,
+      autoClose: false
+    });
+  } else {
+    const message = result.report
+      ? trans.__('Restored %1: %2.', name, result.report.summary)
+      : trans.__('Restored %1.', name);
+    Notification.success(message, { actions, autoClose: 8000 });
+  }
+  return result;
+}
+
+/** Add the commands; disposing the result removes them. */
+export function addCommands(options: ICommandsOptions): IDisposable {
+  const { commands, controller, tracker, trans, showReport } = options;
+  const set = new DisposableSet();
+  const add = (id: string, command: CommandOptions) =>
+    set.add(commands.addCommand(id, command));
+  const showError = (what: string, error: unknown) =>
+    Notification.error(trans.__('%1: %2', what, reason(error)), { autoClose: false });
+  const doPause = () =>
+    controller.pause().catch(error => void showError(trans.__('Cannot pause'), error));
+  const doResume = () =>
+    controller.resume().catch(error => void showError(trans.__('Cannot resume'), error));
+  const action = () => controller.actionView;
+
+  add(CommandIDs.toggle, {
+    label: () => action().label,
+    caption: () => action().tooltip,
+    icon: () => (action().mode === 'pause' ? pauseIcon : resumeIcon),
+    isEnabled: () => action().enabled,
+    execute: () => (action().mode === 'pause' ? doPause() : doResume())
+  });
+  add(CommandIDs.pause, {
+    label: trans.__('Pause Workspace'),
+    caption: () => action().tooltip,
+    icon: pauseIcon,
+    isEnabled: () => action().mode === 'pause' && action().enabled,
+    execute: doPause
+  });
+  add(CommandIDs.resume, {
+    label: trans.__('Resume Workspace'),
+    caption: () => action().tooltip,
+    icon: resumeIcon,
+    isEnabled: () => action().mode === 'resume' && action().enabled,
+    execute: doResume
+  });
+
+  // Run on the current notebook's kernel, when the workspace is running.
+  const canUseKernel = () => {
+    const status = controller.status;
+    return (
+      !!currentNotebook(tracker) && !!status && status.state !== 'paused' && !isFlightActive(status)
+    );
+  };
+  const onNotebook = (run: (notebook: INotebook) => Promise<IMagicResult | null>) => () => {
+    const notebook = currentNotebook(tracker);
+    return notebook ? run(notebook) : undefined;
+  };
+
+  add(CommandIDs.checkpoint, {
+    label: trans.__('Checkpoint Now'),
+    caption: trans.__("Write a checkpoint of the current notebook's kernel (%checkpoint)"),
+    isEnabled: canUseKernel,
+    execute: onNotebook(async notebook => {
+      const result = await checkpointNow(notebook, trans);
+      void controller.refresh();
+      return result;
+    })
+  });
+  add(CommandIDs.restore, {
+    label: trans.__('Restore from Checkpoint'),
+    caption: trans.__(
+      'Load the last checkpoint of the current notebook into its kernel (%restore)'
+    ),
+    isEnabled: canUseKernel,
+    execute: onNotebook(notebook => restoreNow(notebook, trans))
+  });
+  add(CommandIDs.showReport, {
+    label: trans.__('Show Pause/Resume Report'),
+    caption: trans.__('The current state and what came back after the last resume'),
+    execute: showReport
+  });
+
+  // The labels, captions and enabled states follow the controller.
+  const notify = () => {
+    for (const id of Object.values(CommandIDs)) {
+      if (commands.hasCommand(id)) {
+        commands.notifyCommandChanged(id);
+      }
+    }
+  };
+  controller.changed.connect(notify);
+  set.add(new DisposableDelegate(() => controller.changed.disconnect(notify)));
+  return set;
+}

@@ -1,0 +1,67 @@
+/**
+ * Points each open notebook at the kernel the server now has for its path. Pausing stops the
+ * kernels, and jupyter_server then forgets their sessions; the resume recreates them, but a
+ * notebook whose session was dropped meanwhile would stay on "No Kernel".
+ */
+
+import { ISessionContext } from '@jupyterlab/apputils';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { ServiceManager, Session } from '@jupyterlab/services';
+
+/** Re-read the server's sessions and kernels, then follow them in every open notebook. */
+export async function reconnectNotebooks(
+  services: ServiceManager.IManager,
+  tracker: INotebookTracker | null
+): Promise<void> {
+  await Promise.all([services.sessions.refreshRunning(), services.kernels.refreshRunning()]);
+  if (!tracker) {
+    return;
+  }
+  const sessionByPath = new Map<string, Session.IModel>();
+  for (const model of services.sessions.running()) {
+    if (model.kernel) {
+      sessionByPath.set(model.path, model);
+    }
+  }
+  const work: Promise<unknown>[] = [];
+  tracker.forEach(panel => {
+    const context = panel.sessionContext;
+    const model = sessionByPath.get(panel.context.path);
+    const kernelId = model?.kernel?.id;
+    if (!model || !kernelId || context.isDisposed || context.session?.kernel?.id === kernelId) {
+      return;
+    }
+    if (!context.session && adoptSession(services, context, model)) {
+      return;
+    }
+    work.push(context.changeKernel({ id: kernelId }));
+  });
+  await Promise.all(work);
+}
+
+/**
+ * Connect a notebook that lost its session (its kernel was stopped by the pause) to the
+ * session the server now has for its path, as JupyterLab does when it opens a notebook.
+ * changeKernel() would start a second session on the same kernel: without a session it
+ * POSTs under a temporary path and only then renames it to the notebook's path.
+ * SessionContext has no public way to adopt an existing session, so this uses the method
+ * its own initialization uses, and falls back to changeKernel() if that ever goes away.
+ * The kernel hold keeps JupyterLab from starting a session of its own meanwhile, whose
+ * completion would shut down the adopted one.
+ */
+function adoptSession(
+  services: ServiceManager.IManager,
+  context: ISessionContext,
+  model: Session.IModel
+): boolean {
+  const handle = (
+    context as unknown as {
+      _handleNewSession?: (session: Session.ISessionConnection) => unknown;
+    }
+  )._handleNewSession;
+  if (typeof handle !== 'function') {
+    return false;
+  }
+  handle.call(context, services.sessions.connectTo({ model }));
+  return true;
+}
