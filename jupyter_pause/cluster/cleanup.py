@@ -8,6 +8,7 @@ hold them for minutes), then the trigger; the policy only when nothing of the wo
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -99,8 +100,6 @@ async def collect_garbage(kube: Kube, ns: str, workspace: str, *, keep: int,
 
 async def wait_gone(kube: Kube, ns: str, trigger: str, timeout: float) -> list[str]:
     """Names of the trigger's snapshots still present after `timeout` seconds."""
-    import asyncio
-
     deadline = time.monotonic() + timeout
     delay = 0.1
     while True:

@@ -12,30 +12,40 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from .gkw import GKW_READINESS_GATE, gkw_policy_name
+from jupyter_server.serverapp import ServerApp
+
+from .gkw import gkw_manages_pod, gkw_policy_name, has_gate
 from .kube import (
-    KUBEFLOW_CLUSTER_PERMISSIONS,
     KUBEFLOW_GROUP,
     KUBEFLOW_VERSION,
-    NOTEBOOK_CLUSTER_PERMISSIONS,
-    NOTEBOOK_PERMISSIONS,
     PODS,
     POLICIES,
     SNAPSHOT_GROUP,
+    SNAPSHOT_KINDS,
     SNAPSHOT_VERSION,
     STORAGE_CONFIGS,
     WORKSPACE_LABEL,
+    WORKSPACES,
     Kube,
     KubeError,
     Res,
     condition,
 )
+from .permissions import (
+    KUBEFLOW_CLUSTER_PERMISSIONS,
+    NOTEBOOK_CLUSTER_PERMISSIONS,
+    NOTEBOOK_PERMISSIONS,
+)
+from .pod import has_pvc, pod_owner, workspace_key
+from .snapshots import default_policy_name
 
 OK, MISSING, WARN = "ok", "missing", "warn"
 
 
 @dataclasses.dataclass
 class Check:
+    """One doctor finding: ok / missing / warn, what was seen, and how to fix it."""
+
     name: str
     status: str
     detail: str
@@ -47,11 +57,9 @@ class Check:
 
 def load_server_config() -> tuple[Any, list[str]]:
     """The Jupyter server's configuration as the server would load it, and its files."""
-    from jupyter_server.serverapp import ServerApp
-
     app = ServerApp()
     app.load_config_file()
-    files = [str(f) for f in getattr(app, "loaded_config_files", [])]
+    files = [str(f) for f in app.loaded_config_files]
     return app.config, files
 
 
@@ -85,8 +93,6 @@ def check_release(pod: dict, gkw_managed: bool) -> Check | None:
     (postCheckpoint: stop, GKE's rule for PVCs), which leaves it Succeeded; a StatefulSet
     deletes a Succeeded pod and creates it again (kubernetes pkg/controller/statefulset
     stateful_set_control.go processReplica), and GKE restores the new pod at once."""
-    from .gke import has_pvc, pod_owner
-
     owner = pod_owner(pod)
     if gkw_managed or not has_pvc(pod) or not owner or owner[0] != "StatefulSet":
         return None
@@ -141,16 +147,13 @@ def selects(selector: dict | None, labels: dict[str, str]) -> bool:
 
 async def check_policy(kube: Kube, pod: dict, policy_name: str | None = None) -> Check:
     """Does a PodSnapshotPolicy select this pod (the one the server sets up, or the add-on's)?"""
-    from .gke import dns_name, has_pvc, workspace_key
-
     meta = pod["metadata"]
     labels, ns = meta.get("labels") or {}, meta["namespace"]
     ws = labels.get(WORKSPACE_LABEL)
-    gated = any(g.get("conditionType") == GKW_READINESS_GATE
-                for g in (pod.get("spec") or {}).get("readinessGates") or [])
+    gated = has_gate(pod)
     key = workspace_key(pod)
     names = [n for n in (policy_name, gkw_policy_name(ws) if ws else None,
-                         dns_name("jp", key[1]) if key else None) if n]
+                         default_policy_name(key[1]) if key else None) if n]
     if not names:
         return Check("snapshot policy", MISSING, "the pod has no stable label a policy can "
                      "select", "label the pod template with jupyter-pause.io/workspace=<name>")
@@ -186,6 +189,7 @@ async def run_checks(kube: Kube | None, *, pod_name: str | None, namespace: str 
                      backend: str = "gke", storage_config: str = "jupyter-pause-snapshots",
                      config: Any = None, config_files: list[str] | None = None,
                      policy_name: str | None = None) -> list[Check]:
+    """The checks for this pod and backend; `kube` None means no cluster access at all."""
     checks: list[Check] = []
     if config is None:
         try:
@@ -250,11 +254,9 @@ async def run_checks(kube: Kube | None, *, pod_name: str | None, namespace: str 
             checks.append(Check(f"rbac {res.resource}", OK, ", ".join(verbs)))
 
     # The feature's CRDs.
-    feature = ((SNAPSHOT_GROUP, SNAPSHOT_VERSION, {"PodSnapshot", "PodSnapshotPolicy",
-                                                   "PodSnapshotManualTrigger",
-                                                   "PodSnapshotStorageConfig"}),)
+    feature = ((SNAPSHOT_GROUP, SNAPSHOT_VERSION, set(SNAPSHOT_KINDS)),)
     if backend == "kubeflow":
-        feature += ((KUBEFLOW_GROUP, KUBEFLOW_VERSION, {"Workspace"}),)
+        feature += ((KUBEFLOW_GROUP, KUBEFLOW_VERSION, {WORKSPACES.kind}),)
     for group, version, kinds in feature:
         try:
             served = {r.get("kind") for r in await kube.api_resources(group, version)}
@@ -286,23 +288,10 @@ async def run_checks(kube: Kube | None, *, pod_name: str | None, namespace: str 
             checks.append(Check("storage config", MISSING, str(e), fix))
         if pod is not None:
             checks.append(await check_policy(kube, pod, policy_name))
-            release = check_release(pod, await _gkw_managed(kube, pod))
+            release = check_release(pod, await gkw_manages_pod(kube, pod))
             if release is not None:
                 checks.append(release)
     return checks
-
-
-async def _gkw_managed(kube: Kube, pod: dict) -> bool:
-    """The GKE backend's own answer (the add-on pauses through the Workspace, which scales its
-    StatefulSet to 0), from the doctor's client."""
-    from .gke import GKEBackend
-
-    backend = GKEBackend(api_client=None)
-    backend._kube = kube
-    try:
-        return await backend._gkw_managed(pod)
-    except Exception:  # noqa: BLE001 - only decides whether to warn
-        return False
 
 
 def format_table(checks: list[Check]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .kube import (
     GKW_STATE_ANNOTATION,
+    POLICIES,
     WORKSPACE_LABEL,
     WORKSPACEKINDS,
     WORKSPACES,
@@ -89,6 +90,31 @@ async def gkw_manages(kube: Kube, ws: dict, pod: dict | None = None) -> bool:
     if str(ann.get(GKW_ENABLED_ANNOTATION, "")).lower() == "false":
         return False
     return gkw_enabled(ws, None) or has_gate(pod)
+
+
+async def gkw_manages_pod(kube: Kube, pod: dict) -> bool:
+    """Does the add-on snapshot this pod? Then a policy and trigger of ours would make two
+    policies select one pod: the gke backend joins the add-on's flow instead. The add-on's own rule
+    decides (`gkw_manages`); only when the Workspace is unreadable do its marks on the pod (the
+    readiness gate) and in the namespace (its ws-<workspace>-policy) stand in for it."""
+    ws = (pod["metadata"].get("labels") or {}).get(WORKSPACE_LABEL)
+    if not ws:
+        return False
+    ns = pod["metadata"]["namespace"]
+    try:
+        obj = await kube.get_or_none(WORKSPACES, ws, ns)
+    except KubeError:
+        obj = None
+    if obj is not None:
+        return await gkw_manages(kube, obj, pod)
+    if has_gate(pod):
+        return True
+    try:
+        pol = await kube.get_or_none(POLICIES, gkw_policy_name(ws), ns)
+    except KubeError:
+        return False
+    return pol is not None and ((pol.get("spec") or {}).get("selector") or {}).get(
+        "matchLabels", {}).get(WORKSPACE_LABEL) == ws
 
 
 async def checkpoint_state(kube: Kube, pod: dict) -> str | None:

@@ -1,22 +1,27 @@
 """Kubernetes access shared by the gke and kubeflow backends, the out-of-pod resume and doctor.
 
-Everything goes through the official `kubernetes` client. Its calls block, so each one runs in a
-worker thread (`asyncio.to_thread`) and the Jupyter server's event loop never waits on the network.
-Objects are handled as plain camelCase dicts (custom objects already are; typed core objects are
-converted with the client's own serializer), and API errors become `KubeError` with a one-line text.
+Everything goes through the official `kubernetes` client's transport (its configuration, auth and
+TLS). Every resource this package touches is one row of a small table (`Res`: group, version,
+plural, scope, kind), and one generic request path serves them all, core and custom kinds alike.
+The client blocks, so each call runs in a worker thread (`asyncio.to_thread`) and the Jupyter
+server's event loop never waits on the network. Objects are plain camelCase dicts (the API's own
+JSON, with no model validation of fields a newer or older server adds or omits), and API errors
+become `KubeError` with a one-line text.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import urllib3
 from kubernetes import client, config, watch
@@ -40,30 +45,67 @@ SPEC_HASH_ANNOTATION = "jupyter-pause.io/spec-hash"
 FLIGHT_ANNOTATION = "jupyter-pause.io/flight"
 
 
+def api_path(group: str, version: str) -> str:
+    """The REST root of a group version: /api/v1 for the core group, else /apis/<group>/<version>."""
+    return f"/apis/{group}/{version}" if group else f"/api/{version}"
+
+
 @dataclass(frozen=True)
 class Res:
-    """One API resource: group ("" for core), version, plural, scope."""
+    """One API resource: group ("" for core), version, plural, scope, and its kind."""
 
     group: str
     version: str
     plural: str
     namespaced: bool = True
+    kind: str = ""
 
     @property
     def resource(self) -> str:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
 
-PODS = Res("", "v1", "pods")
-EVENTS = Res("", "v1", "events")  # read only: GKE's Warning when it skips a restore
-STATEFULSETS = Res("apps", "v1", "statefulsets")
-TRIGGERS = Res(SNAPSHOT_GROUP, SNAPSHOT_VERSION, "podsnapshotmanualtriggers")
-SNAPSHOTS = Res(SNAPSHOT_GROUP, SNAPSHOT_VERSION, "podsnapshots")
-POLICIES = Res(SNAPSHOT_GROUP, SNAPSHOT_VERSION, "podsnapshotpolicies")
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        """The REST path of the collection (in `namespace` when namespaced), or of one object."""
+        parts = [api_path(self.group, self.version)]
+        if self.namespaced and namespace:
+            parts += ["namespaces", quote(namespace, safe="")]
+        parts.append(self.plural)
+        if name:
+            parts.append(quote(name, safe=""))
+        return "/".join(parts)
+
+    def manifest(self, name: str, *, labels: dict[str, str] | None = None,
+                 annotations: dict[str, str] | None = None, spec: Any = None) -> dict[str, Any]:
+        """A new object of this kind, ready to create."""
+        meta: dict[str, Any] = {"name": name}
+        if labels is not None:
+            meta["labels"] = labels
+        if annotations is not None:
+            meta["annotations"] = annotations
+        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": meta, "spec": spec}
+
+
+# Every resource this package addresses.
+PODS = Res("", "v1", "pods", kind="Pod")
+EVENTS = Res("", "v1", "events", kind="Event")  # read only: GKE's Warning when it skips a restore
+STATEFULSETS = Res("apps", "v1", "statefulsets", kind="StatefulSet")
+ACCESS_REVIEWS = Res("authorization.k8s.io", "v1", "selfsubjectaccessreviews", namespaced=False,
+                     kind="SelfSubjectAccessReview")
+TRIGGERS = Res(SNAPSHOT_GROUP, SNAPSHOT_VERSION, "podsnapshotmanualtriggers",
+               kind="PodSnapshotManualTrigger")
+SNAPSHOTS = Res(SNAPSHOT_GROUP, SNAPSHOT_VERSION, "podsnapshots", kind="PodSnapshot")
+POLICIES = Res(SNAPSHOT_GROUP, SNAPSHOT_VERSION, "podsnapshotpolicies", kind="PodSnapshotPolicy")
 STORAGE_CONFIGS = Res(SNAPSHOT_GROUP, SNAPSHOT_VERSION, "podsnapshotstorageconfigs",
-                      namespaced=False)
-WORKSPACES = Res(KUBEFLOW_GROUP, KUBEFLOW_VERSION, "workspaces")
-WORKSPACEKINDS = Res(KUBEFLOW_GROUP, KUBEFLOW_VERSION, "workspacekinds", namespaced=False)
+                      namespaced=False, kind="PodSnapshotStorageConfig")
+WORKSPACES = Res(KUBEFLOW_GROUP, KUBEFLOW_VERSION, "workspaces", kind="Workspace")
+WORKSPACEKINDS = Res(KUBEFLOW_GROUP, KUBEFLOW_VERSION, "workspacekinds", namespaced=False,
+                     kind="WorkspaceKind")
+# The kinds GKE Pod Snapshots serves: all four make the feature usable.
+SNAPSHOT_KINDS = frozenset(r.kind for r in (SNAPSHOTS, POLICIES, TRIGGERS, STORAGE_CONFIGS))
 
 
 class KubeError(Exception):
@@ -131,6 +173,12 @@ def is_true(obj: dict | None, ctype: str) -> bool:
     return bool(c and c.get("status") == "True")
 
 
+# The list and watch parameters `_collection` takes, by the client's argument names.
+_QUERY = {"label_selector": "labelSelector", "field_selector": "fieldSelector",
+          "resource_version": "resourceVersion", "timeout_seconds": "timeoutSeconds",
+          "watch": "watch"}
+
+
 class Kube:
     """Async facade over the client: get/list/create/patch/delete/watch on `Res` resources."""
 
@@ -139,39 +187,51 @@ class Kube:
         factory is called in a worker thread on first use, never on the event loop."""
         self._factory = None if isinstance(api_client, client.ApiClient) else api_client
         if self._factory is None:
-            self._bind(api_client)  # type: ignore[arg-type]
+            self.api_client: client.ApiClient = api_client  # type: ignore[assignment]
         # Every request has a deadline, so a hung connection never pins a worker thread forever.
         self.request_timeout: float = 30.0
-
-    def _bind(self, api_client: client.ApiClient) -> None:
-        self.api_client = api_client
-        self.core = client.CoreV1Api(api_client)
-        self.apps = client.AppsV1Api(api_client)
-        self.custom = client.CustomObjectsApi(api_client)
-        self.authz = client.AuthorizationV1Api(api_client)
 
     async def _ready(self) -> None:
         if self._factory is not None:
             factory, self._factory = self._factory, None
             try:
-                self._bind(await asyncio.to_thread(factory))
+                self.api_client = await asyncio.to_thread(factory)
             except Exception as e:  # noqa: BLE001 (no kubeconfig, not in a cluster: one line)
                 self._factory = factory
                 msg = f"no Kubernetes access: {type(e).__name__}: {e}".splitlines()[0]
                 raise KubeError(msg) from None
 
-    @staticmethod
-    def _json(resp: Any) -> Any:
-        data = resp.data if hasattr(resp, "data") else resp
+    # -- the one request path (blocking; runs in a worker thread) --
+    def _send(self, method: str, path: str, *, query: Iterable[tuple[str, Any]] = (),
+              body: Any = None, content_type: str = "application/json", stream: bool = False,
+              timeout: float | None = None) -> Any:
+        """One request: the response's JSON, or with `stream` the open response (a watch)."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        request = self.api_client.param_serialize(
+            method, path, query_params=[(k, v) for k, v in query if v not in (None, "")],
+            header_params=headers, body=body, auth_settings=["BearerToken"])
+        resp = self.api_client.call_api(*request, _request_timeout=timeout or self.request_timeout)
+        if not 200 <= resp.status <= 299:
+            resp.read()
+            raise ApiException(http_resp=resp)
+        if stream:
+            return resp.response
+        data = resp.read()
         return json.loads(data) if data else {}
 
+    def _collection(self, res: Res, namespace: str | None, **params: Any) -> Any:
+        """GET a collection with the client's snake_case query names: the list, or with
+        watch=True the open stream that kubernetes.watch.Watch reads."""
+        query = [(name, params.get(arg)) for arg, name in _QUERY.items()]
+        return self._send("GET", res.path(namespace), query=query, stream=bool(params.get("watch")),
+                          timeout=params.get("_request_timeout"))
+
     async def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        # Raw JSON instead of the client's typed models: the same dicts for core and custom kinds,
-        # and no strict model validation of fields a newer or older server adds or omits.
-        kw.setdefault("_request_timeout", self.request_timeout)
-        kw["_preload_content"] = False
+        await self._ready()
         try:
-            return self._json(await asyncio.to_thread(fn, *args, **kw))
+            return await asyncio.to_thread(fn, *args, **kw)
         except ApiException as e:
             raise KubeError.from_api(e, what) from None
         except Exception as e:  # noqa: BLE001 (connection refused, DNS, TLS: one line)
@@ -179,24 +239,14 @@ class Kube:
 
     # -- discovery --
     async def api_resources(self, group: str, version: str) -> list[dict]:
-        await self._ready()
-        res = await self._call(f"discover {group}/{version}", self.custom.get_api_resources,
-                               group, version)
+        res = await self._call(f"discover {group}/{version}", self._send, "GET",
+                               api_path(group, version))
         return res.get("resources") or []
 
     # -- CRUD --
     async def get(self, res: Res, name: str, namespace: str | None = None) -> dict:
-        await self._ready()
-        what = f"get {res.resource} {name}"
-        if res == PODS:
-            return await self._call(what, self.core.read_namespaced_pod, name, namespace)
-        if res == STATEFULSETS:
-            return await self._call(what, self.apps.read_namespaced_stateful_set, name, namespace)
-        if res.namespaced:
-            return await self._call(what, self.custom.get_namespaced_custom_object, res.group,
-                                    res.version, namespace, res.plural, name)
-        return await self._call(what, self.custom.get_cluster_custom_object, res.group,
-                                res.version, res.plural, name)
+        return await self._call(f"get {res.resource} {name}", self._send, "GET",
+                                res.path(namespace, name))
 
     async def get_or_none(self, res: Res, name: str, namespace: str | None = None) -> dict | None:
         try:
@@ -208,84 +258,43 @@ class Kube:
 
     async def list(self, res: Res, namespace: str | None = None, *, label_selector: str = "",
                    field_selector: str = "") -> dict:
-        await self._ready()
-        fn, args = self._list_fn(res, namespace)
-        return await self._call(f"list {res.resource}", fn, *args, label_selector=label_selector,
-                                field_selector=field_selector)
+        return await self._call(f"list {res.resource}", self._collection, res, namespace,
+                                label_selector=label_selector, field_selector=field_selector)
 
     async def create(self, res: Res, body: dict, namespace: str | None = None) -> dict:
-        await self._ready()
         what = f"create {res.resource} {body.get('metadata', {}).get('name', '')}".rstrip()
-        if res == PODS:
-            return await self._call(what, self.core.create_namespaced_pod, namespace, body)
-        if res.namespaced:
-            return await self._call(what, self.custom.create_namespaced_custom_object, res.group,
-                                    res.version, namespace, res.plural, body)
-        return await self._call(what, self.custom.create_cluster_custom_object, res.group,
-                                res.version, res.plural, body)
+        return await self._call(what, self._send, "POST", res.path(namespace), body=body)
 
     async def patch(self, res: Res, name: str, body: dict, namespace: str | None = None) -> dict:
         """A merge patch. With `metadata.resourceVersion` in the body it is also a precondition
         (409 Conflict when the object changed since): how the resume lease stays exclusive."""
-        await self._ready()
-        what = f"patch {res.resource} {name}"
-        if res == PODS:
-            return await self._call(what, self.core.patch_namespaced_pod, name, namespace, body,
-                                    _content_type="application/merge-patch+json")
-        if res == STATEFULSETS:
-            return await self._call(what, self.apps.patch_namespaced_stateful_set, name,
-                                    namespace, body,
-                                    _content_type="application/merge-patch+json")
-        return await self._call(what, self.custom.patch_namespaced_custom_object, res.group,
-                                res.version, namespace, res.plural, name, body,
-                                _content_type="application/merge-patch+json")
+        return await self._call(f"patch {res.resource} {name}", self._send, "PATCH",
+                                res.path(namespace, name), body=body,
+                                content_type="application/merge-patch+json")
 
     async def delete(self, res: Res, name: str, namespace: str | None = None, *,
                      uid: str | None = None) -> dict | None:
         """Delete; None when it was already gone. With `uid`, only that very object (409 else)."""
-        await self._ready()
-        what = f"delete {res.resource} {name}"
-        kw: dict[str, Any] = {}
-        if uid:
-            kw["body"] = {"preconditions": {"uid": uid}}
+        body = {"preconditions": {"uid": uid}} if uid else None
         try:
-            if res == PODS:
-                return await self._call(what, self.core.delete_namespaced_pod, name, namespace,
-                                        **kw)
-            if res.namespaced:
-                return await self._call(what, self.custom.delete_namespaced_custom_object,
-                                        res.group, res.version, namespace, res.plural, name, **kw)
-            return await self._call(what, self.custom.delete_cluster_custom_object, res.group,
-                                    res.version, res.plural, name, **kw)
+            return await self._call(f"delete {res.resource} {name}", self._send, "DELETE",
+                                    res.path(namespace, name), body=body)
         except KubeError as e:
             if e.status == 404:
                 return None
             raise
 
     async def access_review(self, verb: str, res: Res, namespace: str | None) -> tuple[bool, str]:
-        await self._ready()
-        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        body = {"apiVersion": ACCESS_REVIEWS.api_version, "kind": ACCESS_REVIEWS.kind,
                 "spec": {"resourceAttributes": {"verb": verb, "group": res.group,
                                                 "resource": res.plural,
                                                 **({"namespace": namespace} if namespace else {})}}}
-        out = await self._call(f"review access {verb} {res.resource}",
-                               self.authz.create_self_subject_access_review, body)
+        out = await self._call(f"review access {verb} {res.resource}", self._send, "POST",
+                               ACCESS_REVIEWS.path(), body=body)
         st = out.get("status") or {}
         return bool(st.get("allowed")), st.get("reason") or ""
 
     # -- watch --
-    def _list_fn(self, res: Res, namespace: str | None) -> tuple[Callable[..., Any], tuple]:
-        if res == PODS:
-            return self.core.list_namespaced_pod, (namespace,)
-        if res == STATEFULSETS:
-            return self.apps.list_namespaced_stateful_set, (namespace,)
-        if res == EVENTS:
-            return self.core.list_namespaced_event, (namespace,)
-        if res.namespaced:
-            return self.custom.list_namespaced_custom_object, (res.group, res.version, namespace,
-                                                               res.plural)
-        return self.custom.list_cluster_custom_object, (res.group, res.version, res.plural)
-
     async def wait_for(self, res: Res, name: str, namespace: str | None,
                        done: Callable[[dict | None], Any], *, timeout: float,
                        on_change: Callable[[dict | None], None] | None = None,
@@ -299,7 +308,7 @@ class Kube:
         await self._ready()
         deadline = time.monotonic() + timeout
         fsel = f"metadata.name={name}"
-        fn, args = self._list_fn(res, namespace)
+        fn = functools.partial(self._collection, res, namespace)
         rv: str | None = None
         last: dict | None = None
         first = True
@@ -308,7 +317,7 @@ class Kube:
             if left <= 0:
                 raise TimeoutError(f"timed out waiting for {res.resource} {name}")
             if rv is None:  # (re-)list: the current state and a resourceVersion to watch from
-                listing = await self._call(f"list {res.resource}", fn, *args, field_selector=fsel)
+                listing = await self._call(f"list {res.resource}", fn, field_selector=fsel)
                 items = listing.get("items") or []
                 last = items[0] if items else None
                 rv = (listing.get("metadata") or {}).get("resourceVersion")
@@ -321,10 +330,10 @@ class Kube:
             window = max(1, min(int(left) + 1, int(watch_window)))
 
             def _watch(rv_: str | None = rv, window_: int = window) -> tuple[list, str | None, bool]:
-                w = watch.Watch()
+                w = watch.Watch(return_type="object")  # plain dicts, as everywhere here
                 events, gone = [], False
                 try:
-                    for ev in w.stream(fn, *args, field_selector=fsel, resource_version=rv_,
+                    for ev in w.stream(fn, field_selector=fsel, resource_version=rv_,
                                        timeout_seconds=window_,
                                        _request_timeout=window_ + 10):
                         events.append((ev["type"], ev["raw_object"]))
@@ -363,37 +372,3 @@ class Kube:
                     return result
             else:
                 rv = new_rv or rv
-
-
-# Every API verb the notebook's service account uses, per (group, resource). ClusterRole
-# jupyter-pause-notebook in examples/kubernetes/rbac.yaml grants exactly these (a test checks; a
-# RoleBinding or a WorkspaceKind's serviceAccount.clusterRoles binds it), and doctor reviews them.
-NOTEBOOK_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("", "pods"): ("get", "list", "watch"),  # the own pod: identity, PodRestored
-    # GKE's Warning event when it cold-starts a pod instead of restoring it (read-only; without
-    # it the cold-start reason comes from what the pause recorded)
-    ("", "events"): ("list",),
-    ("apps", "statefulsets"): ("patch",),  # release(): scale the own StatefulSet to 0
-    (KUBEFLOW_GROUP, "workspaces"): ("get", "list", "watch", "patch"),  # spec.paused
-    (SNAPSHOT_GROUP, "podsnapshotpolicies"): ("get", "create"),
-    (SNAPSHOT_GROUP, "podsnapshotmanualtriggers"): ("get", "list", "watch", "create", "delete"),
-    (SNAPSHOT_GROUP, "podsnapshots"): ("get", "list", "watch", "delete"),
-}
-# Cluster-scoped and read-only: doctor checks that the policy's storage config is Ready.
-NOTEBOOK_CLUSTER_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    (SNAPSHOT_GROUP, "podsnapshotstorageconfigs"): ("get",),
-}
-# Cluster-scoped and read-only: the kubeflow backend reads the Workspace's WorkspaceKind for GKE
-# Workspaces' opt-in annotation (it falls back to the pod's own evidence when this is denied).
-KUBEFLOW_CLUSTER_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    (KUBEFLOW_GROUP, "workspacekinds"): ("get",),
-}
-# What `jupyter pause resume --namespace NS WORKSPACE` needs (a person or a portal, not the pod).
-RESUMER_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("", "pods"): ("get", "list", "create", "delete"),
-    ("apps", "statefulsets"): ("get", "patch"),
-    (KUBEFLOW_GROUP, "workspaces"): ("get", "patch"),
-    (SNAPSHOT_GROUP, "podsnapshotmanualtriggers"): ("list",),
-    # delete: a snapshot whose restore crashes is dropped before the pod is started cold
-    (SNAPSHOT_GROUP, "podsnapshots"): ("get", "delete"),
-}

@@ -37,6 +37,7 @@ from .kube import (
     condition,
     is_true,
 )
+from .pod import workspace_key
 
 FINAL_STATES = {"restored_live", "cold_started", "started", "failed"}
 # Waiting states a person should see the reason of; none of them ends the resume by itself.
@@ -189,8 +190,6 @@ def pod_state(pod: dict | None) -> tuple[str, str | None]:
 
 async def _restore_expected(kube: Kube, ns: str, pod: dict) -> bool:
     """Is GKE supposed to restore this pod: ps-name pinned, or a Ready snapshot of it exists?"""
-    from .gke import workspace_key
-
     if PS_NAME_ANNOTATION in (pod["metadata"].get("annotations") or {}):
         return True
     key = workspace_key(pod)
@@ -212,8 +211,6 @@ async def _find_pod(kube: Kube, kind: str, ns: str, name: str, obj: dict) -> dic
 
 async def _restoring_snapshot(kube: Kube, ns: str, pod: dict) -> str | None:
     """The snapshot GKE restores this pod from: its ps-name, else the workspace's newest."""
-    from .gke import workspace_key
-
     pinned = (pod["metadata"].get("annotations") or {}).get(PS_NAME_ANNOTATION)
     if pinned:
         return pinned
@@ -239,25 +236,32 @@ async def _cold_restart(kube: Kube, kind: str, ns: str, name: str, pod: dict,
                 break
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
-    meta = pod["metadata"]
-    body = None
+    pod_name = pod["metadata"]["name"]
     if kind == "pod":
-        body = {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": meta["name"], "labels": meta.get("labels") or {},
-                             "annotations": {k: v for k, v in (meta.get("annotations") or {})
-                                             .items() if k not in (PS_NAME_ANNOTATION,
-                                                                   LEASE_ANNOTATION)}},
-                "spec": {k: v for k, v in pod["spec"].items() if k != "nodeName"}}
-    await kube.delete(PODS, meta["name"], ns, uid=meta["uid"])
-    if body is not None:
-        deadline = time.monotonic() + 120
-        while await kube.get_or_none(PODS, meta["name"], ns) is not None:
-            if time.monotonic() > deadline:
-                raise KubeError(f"the crashing pod {meta['name']} is not going away", 0)
-            await asyncio.sleep(0.2)
-        await kube.create(PODS, body, ns)
-    say("resuming", f"pod {meta['name']} re-created without the pod snapshot"
+        await _recreate(kube, ns, pod, None, "crashing")
+    else:
+        await kube.delete(PODS, pod_name, ns, uid=pod["metadata"]["uid"])
+    say("resuming", f"pod {pod_name} re-created without the pod snapshot"
         + (f" ({snap} deleted)" if snap else "") + "; it starts cold")
+
+
+async def _recreate(kube: Kube, ns: str, pod: dict, snap: str | None, what: str) -> None:
+    """Delete exactly this bare pod (uid precondition, never a pod another resume made) and
+    create it again, restoring from `snap` when given (ps-name), else cold."""
+    meta = pod["metadata"]
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
+                   if k not in (PS_NAME_ANNOTATION, LEASE_ANNOTATION)}
+    if snap:
+        annotations[PS_NAME_ANNOTATION] = snap
+    body = PODS.manifest(meta["name"], labels=meta.get("labels") or {}, annotations=annotations,
+                         spec={k: v for k, v in pod["spec"].items() if k != "nodeName"})
+    await kube.delete(PODS, meta["name"], ns, uid=meta["uid"])
+    deadline = time.monotonic() + 120
+    while await kube.get_or_none(PODS, meta["name"], ns) is not None:
+        if time.monotonic() > deadline:
+            raise KubeError(f"the {what} pod {meta['name']} is not going away", 0)
+        await asyncio.sleep(0.2)
+    await kube.create(PODS, body, ns)
 
 
 async def _start(kube: Kube, kind: str, res: Res, ns: str, name: str, obj: dict,
@@ -276,25 +280,9 @@ async def _start(kube: Kube, kind: str, res: Res, ns: str, name: str, obj: dict,
     phase = (obj.get("status") or {}).get("phase")
     if phase not in ("Succeeded", "Failed"):
         return None  # running or starting already: follow it
-    labels = obj["metadata"].get("labels") or {}
-    ws = labels.get(WORKSPACE_SELECTOR_LABEL) or name
+    ws = (obj["metadata"].get("labels") or {}).get(WORKSPACE_SELECTOR_LABEL) or name
     snap = await latest_ready_snapshot(kube, ns, ws)
-    body = {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": labels,
-                         "annotations": {k: v for k, v in (obj["metadata"].get("annotations")
-                                                           or {}).items()
-                                         if k not in (PS_NAME_ANNOTATION, LEASE_ANNOTATION)}},
-            "spec": {k: v for k, v in obj["spec"].items() if k != "nodeName"}}
-    if snap:
-        body["metadata"]["annotations"][PS_NAME_ANNOTATION] = snap
-    # Delete exactly the stopped pod we read (uid precondition), never a pod another resume made.
-    await kube.delete(PODS, name, ns, uid=obj["metadata"]["uid"])
-    deadline = time.monotonic() + 120
-    while await kube.get_or_none(PODS, name, ns) is not None:
-        if time.monotonic() > deadline:
-            raise KubeError(f"the stopped pod {name} is not going away", 0)
-        await asyncio.sleep(0.2)
-    await kube.create(PODS, body, ns)
+    await _recreate(kube, ns, obj, snap, "stopped")
     say("resuming", f"pod re-created from snapshot {snap}" if snap else
         "pod re-created (no Ready pod snapshot: it starts cold)")
     return snap

@@ -14,7 +14,7 @@ import pytest
 
 from jupyter_pause.cluster.kube import Kube
 from jupyter_pause.cluster.resume import resume_workspace
-from jupyter_pause.server.kernels import own_client
+from jupyter_pause.server.bridge import own_client
 
 from .conftest import NS, gke_server_config, notebook_pod
 from .test_gke_backend import objects, start_pod
@@ -98,7 +98,7 @@ async def test_gke_pause_then_cold_start_restores_from_checkpoint(
     assert "snapshot_ready" not in events
     assert events[events.index("resume_requested") - 1] == "checkpoint_written"
     # single-use: once the resume is verified the used snapshot and its trigger go (policy stays)
-    await lifecycle.backend._cleanup
+    await lifecycle.backend.snapshot_cleanup
     assert objects(apiserver, "podsnapshots") == []
     assert objects(apiserver, "podsnapshotmanualtriggers") == []
     assert len(objects(apiserver, "podsnapshotpolicies")) == 1

@@ -9,6 +9,7 @@ import pytest
 from jupyter_pause.cluster.base import BackendError
 from jupyter_pause.cluster.gke import GKEBackend
 from jupyter_pause.cluster.kube import PODS, SNAPSHOTS, TRIGGERS, Kube
+from jupyter_pause.cluster.snapshots import dns_name, trigger_name
 
 from .conftest import NS, notebook_pod, pause_ctx, resume_ctx
 
@@ -255,8 +256,6 @@ async def test_restored_live_reasons(apiserver, notebook_client, admin, sim, rec
 
 
 def test_names_fit_kubernetes_limits():
-    from jupyter_pause.cluster.gke import dns_name, trigger_name
-
     name = trigger_name("My_Very-Long.Workspace" * 6)
     assert len(name) <= 63 and name.startswith("jp-my-very-long-workspace")
     assert all(ch.isalnum() or ch == "-" for ch in name) and name == name.lower()

@@ -1,5 +1,5 @@
 """Per-identity RBAC in tier 1: the notebook's service account and the resumer each get exactly
-the verbs their Roles grant (jupyter_pause/cluster/kube.py NOTEBOOK_PERMISSIONS and
+the verbs their Roles grant (jupyter_pause/cluster/permissions.py NOTEBOOK_PERMISSIONS and
 RESUMER_PERMISSIONS, which examples/kubernetes/rbac.yaml and resumer-rbac.yaml ship), while the
 simulated cluster's controllers keep acting as an admin, as on a real cluster."""
 
@@ -10,15 +10,11 @@ import asyncio
 import pytest
 
 from jupyter_pause.cluster.gke import GKEBackend
-from jupyter_pause.cluster.kube import (
+from jupyter_pause.cluster.kube import PODS, Kube, KubeError, Res, api_client_for
+from jupyter_pause.cluster.permissions import (
     NOTEBOOK_CLUSTER_PERMISSIONS,
     NOTEBOOK_PERMISSIONS,
-    PODS,
     RESUMER_PERMISSIONS,
-    Kube,
-    KubeError,
-    Res,
-    api_client_for,
 )
 from jupyter_pause.cluster.resume import resume_workspace
 

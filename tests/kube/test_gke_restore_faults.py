@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 
 from jupyter_pause.cluster.base import BackendError
-from jupyter_pause.cluster.gke import GKEBackend, distilled_spec_hash
+from jupyter_pause.cluster.gke import GKEBackend
 from jupyter_pause.cluster.kube import PS_NAME_ANNOTATION, Kube
+from jupyter_pause.cluster.pod import distilled_spec_hash
 from jupyter_pause.cluster.resume import pod_state, resume_workspace
 
 from .conftest import NS, notebook_pod, pause_ctx, resume_ctx
@@ -286,7 +287,7 @@ async def test_discard_never_deletes_a_ready_snapshot(apiserver, notebook_client
     start_pod(sim, notebook_pod("nb"))
     b = backend(notebook_client, "nb")
     out = await b.snapshot(pause_ctx(recorder))
-    await b._discard(NS, out["trigger"])  # what a failure after the wait would do
+    await b.snapshots.discard(NS, out["trigger"], b.discard_wait)  # as a failed wait does
     assert [s["metadata"]["name"] for s in objects(apiserver, "podsnapshots")] == \
         [out["snapshot"]]
     assert objects(apiserver, "podsnapshotmanualtriggers")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from jupyter_pause.cluster.gke import GKEBackend
 from jupyter_pause.cluster.kubeflow import KubeflowBackend
 
 from .conftest import GKW_ENABLED, NS, KubeflowSim, pause_ctx, workspace
@@ -162,8 +163,6 @@ async def test_gke_backend_follows_the_addons_rule_not_its_leftover_marks(notebo
     readiness gate stays on a pod made before it (webhook.go mutatePod runs on CREATE only), and
     ws-<name>-policy stays until the Workspace is deleted (reconcile.go retirePolicy). Trusting
     them, the backend would set spec.paused and wait for a checkpoint nobody takes."""
-    from jupyter_pause.cluster.gke import GKEBackend
-
     pod = await asyncio.to_thread(start_workspace, kfsim, example_kind())  # the kind opts in
     b = GKEBackend(api_client=notebook_client, pod_name=pod, namespace=NS,
                    gpu_model="nvidia-l4", restored_condition_wait=0)

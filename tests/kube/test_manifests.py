@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from jupyter_pause.cluster.kube import (
+from jupyter_pause.cluster.permissions import (
     KUBEFLOW_CLUSTER_PERMISSIONS,
     NOTEBOOK_CLUSTER_PERMISSIONS,
     NOTEBOOK_PERMISSIONS,

@@ -33,12 +33,13 @@ from kubernetes.client.rest import ApiException
 
 from jupyter_pause.cluster.doctor import run_checks
 from jupyter_pause.cluster.gke import GKEBackend
-from jupyter_pause.cluster.kube import (
+from jupyter_pause.cluster.kube import Kube, Res
+from jupyter_pause.cluster.kubeflow import KubeflowBackend
+from jupyter_pause.cluster.permissions import (
     KUBEFLOW_CLUSTER_PERMISSIONS,
     NOTEBOOK_CLUSTER_PERMISSIONS,
     NOTEBOOK_PERMISSIONS,
     RESUMER_PERMISSIONS,
-    Kube,
 )
 from jupyter_pause.cluster.resume import resume_workspace
 
@@ -233,8 +234,6 @@ def test_shipped_role_denies_what_is_not_needed(cluster, sim):
 
 async def test_every_verb_the_product_uses_is_granted(cluster, sim):
     kube = Kube(cluster["notebook"])
-    from jupyter_pause.cluster.kube import Res
-
     for (group, resource), verbs in NOTEBOOK_PERMISSIONS.items():
         for verb in verbs:
             allowed, why = await kube.access_review(verb, Res(group, "v1", resource), NS)
@@ -248,8 +247,6 @@ async def test_every_verb_the_product_uses_is_granted(cluster, sim):
 
 async def test_resumer_role_grants_what_resume_uses_and_nothing_else(cluster, sim):
     kube = Kube(cluster["resumer"])
-    from jupyter_pause.cluster.kube import Res
-
     for (group, resource), verbs in RESUMER_PERMISSIONS.items():
         for verb in verbs:
             allowed, why = await kube.access_review(verb, Res(group, "v1", resource), NS)
@@ -322,8 +319,6 @@ async def test_doctor_with_notebook_identity(cluster, sim):
 async def test_kubeflow_pause_and_two_concurrent_resumes(cluster, sim):
     """Workspace spec.paused with the notebook identity; two resumes at once restore once (the
     lease relies on the real apiserver's resourceVersion precondition on merge patches)."""
-    from jupyter_pause.cluster.kubeflow import KubeflowBackend
-
     sim.custom.create_namespaced_custom_object("kubeflow.org", "v1beta1", NS, "workspaces",
                                                workspace("ws1"))
     await asyncio.to_thread(sim.wait, lambda: any(
@@ -455,8 +450,6 @@ def as_user(cluster: dict, user: str) -> client.ApiClient:
 async def test_workspace_service_account_gets_what_the_backend_uses_via_the_kind(cluster, sim):
     kind = example_kind()
     kube_before = Kube(as_user(cluster, f"system:serviceaccount:{NS}:ws-ws9"))
-    from jupyter_pause.cluster.kube import Res
-
     # before the controller binds the kind's clusterRoles, the account has nothing namespaced
     allowed, _ = await kube_before.access_review("patch", Res("kubeflow.org", "v1beta1",
                                                                 "workspaces"), NS)
@@ -492,8 +485,6 @@ async def test_kubeflow_pause_as_the_workspace_identity_with_the_examples_kind(c
     """The example WorkspaceKind (opt-in on the kind) on the real apiserver, the pause run with the
     identity Kubeflow gives the Workspace: it reads the kind, pauses and follows the add-on's
     checkpoint to Ready."""
-    from jupyter_pause.cluster.kubeflow import KubeflowBackend
-
     kind = example_kind()
     sim.custom.create_cluster_custom_object("kubeflow.org", "v1beta1", "workspacekinds", kind)
     user = play_workspace_controller_rbac(cluster["admin"], "ws2", kind)

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from jupyter_pause.cluster.base import BackendError
 from jupyter_pause.cluster.gke import GKEBackend
 from jupyter_pause.cluster.kube import LEASE_ANNOTATION, Kube
 from jupyter_pause.cluster.kubeflow import KubeflowBackend
@@ -158,8 +159,6 @@ async def test_gke_workspaces_failed_checkpoint_is_not_stuck(notebook_client, si
     sim.trigger_outcome = "failed"
     b = KubeflowBackend(api_client=notebook_client, pod_name=pod, namespace=NS,
                         checkpoint_timeout=1.5)
-    from jupyter_pause.cluster.base import BackendError
-
     with pytest.raises(BackendError) as ei:
         await b.release(pause_ctx(recorder))
     assert ei.value.reason == "snapshot_timeout"
@@ -189,6 +188,6 @@ async def test_kubeflow_release_wakes_up_in_restored_pod(notebook_client, sim, r
     assert sim.restores
     # now the frozen wait of the old process resumes: same name, another pod
     b.checkpoint_timeout = 1.0
-    out = await b._follow_checkpoint(ctx, "ws1", NS)
+    out = await b.workspaces.follow_checkpoint(ctx, "ws1", NS, timeout=b.checkpoint_timeout)
     assert out["released"] is False and out["woke_up"] is True
     assert ws_state(sim)["spec"]["paused"] is False

@@ -80,26 +80,28 @@ def test_no_gpu_at_all(gpu_env):
 def test_gke_gpu_model_uses_the_same_detection(gpu_env, tmp_path, monkeypatch):
     """The GKE backend's GPU model comes from this one detection: nvidia-smi, then /proc (which
     its own nvidia-smi call never read), then the pod's node selector; same model, same key."""
-    from jupyter_pause.cluster import gke
+    from jupyter_pause.cluster.kube import GPU_MODEL_ANNOTATION
+    from jupyter_pause.cluster.pod import ACCELERATOR_SELECTOR, detect_gpu_model
+    from jupyter_pause.cluster.verdict import restore_reason
 
-    pod = {"spec": {"nodeSelector": {gke.ACCELERATOR_SELECTOR: "nvidia-l4"}}}
-    assert gke.detect_gpu_model(pod) == "nvidia-l4"  # no driver answer: the node selector
-    assert gke.detect_gpu_model(None) is None
+    pod = {"spec": {"nodeSelector": {ACCELERATOR_SELECTOR: "nvidia-l4"}}}
+    assert detect_gpu_model(pod) == "nvidia-l4"  # no driver answer: the node selector
+    assert detect_gpu_model(None) is None
     gpus = tmp_path / "proc"
     (gpus / "0000:00:04.0").mkdir(parents=True)
     (gpus / "0000:00:04.0" / "information").write_text("Model: \t\t Tesla T4\n")
     monkeypatch.setattr(acc, "_PROC_GPUS", str(gpus))
     acc.detected_gpu_model.cache_clear()
-    assert gke.detect_gpu_model(pod) == "nvidia-tesla-t4"
+    assert detect_gpu_model(pod) == "nvidia-tesla-t4"
     fake_smi(gpu_env, 'printf "NVIDIA L4\\nNVIDIA L4\\n"')
     acc.detected_gpu_model.cache_clear()
-    assert gke.detect_gpu_model(pod) == "nvidia-l4"
+    assert detect_gpu_model(pod) == "nvidia-l4"
     fake_smi(gpu_env, "exit 1")  # cached: nvidia-smi runs once per process
-    assert gke.detect_gpu_model(pod) == "nvidia-l4"
+    assert detect_gpu_model(pod) == "nvidia-l4"
     # a snapshot recorded with the driver's name matches the type the node selector gives
     assert acc.gpu_model_key("NVIDIA L4") == acc.gpu_model_key("nvidia-l4")
-    trigger = {"metadata": {"annotations": {gke.GPU_MODEL_ANNOTATION: "NVIDIA L4"}}}
-    live, why = gke.restore_reason({"spec": {}, "metadata": {}}, trigger, "nvidia-l4")
+    trigger = {"metadata": {"annotations": {GPU_MODEL_ANNOTATION: "NVIDIA L4"}}}
+    live, why = restore_reason({"spec": {}, "metadata": {}}, trigger, "nvidia-l4")
     assert live is False and "another GPU model" not in why
-    live, why = gke.restore_reason({"spec": {}, "metadata": {}}, trigger, "nvidia-tesla-t4")
+    live, why = restore_reason({"spec": {}, "metadata": {}}, trigger, "nvidia-tesla-t4")
     assert live is False and "another GPU model" in why
