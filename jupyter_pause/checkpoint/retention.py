@@ -82,7 +82,7 @@ def retain(
     protect: Iterable[str] = (),
     skipped: list[dict[str, str]] | None = None,
 ) -> list[str]:
-    """Delete all but the newest ``keep`` authentic manifests of ``stream`` (``keep=0``: none)
+    """Delete all but the newest ``keep`` authentic manifests of ``stream`` (``keep=0``: no count limit, none deleted)
     and the blobs only they used; returns the deleted ids.
 
     Only manifests that verify under ``key`` and sit in their own place are counted or deleted;

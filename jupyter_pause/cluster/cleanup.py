@@ -41,15 +41,19 @@ async def snapshots_of(kube: Kube, ns: str, trigger: str) -> list[dict]:
 async def collect_garbage(kube: Kube, ns: str, workspace: str, *, keep: int,
                           older_than: float | None = None, dry_run: bool = False,
                           policy: str | None = None, protect: set[str] | None = None,
-                          delete_wait: float = 300.0, teardown: bool = False) -> dict[str, Any]:
+                          delete_wait: float = 300.0, teardown: bool = False,
+                          every_ready: bool = False) -> dict[str, Any]:
     """Delete this workspace's old pod snapshots and their triggers.
 
-    Keeps the `keep` newest triggers that produced a Ready snapshot, and any trigger younger than
-    `older_than` seconds; `protect` names snapshots never to touch (the one a pod runs from).
-    With `teardown` (and nothing left), the policy goes last. Returns what was deleted, what is
-    left, and what is stuck deleting (a finalizer that did not finish within `delete_wait`).
+    Keeps the `keep` newest triggers that produced a Ready snapshot (`keep=0`: no count limit,
+    as for checkpoints), and any trigger younger than `older_than` seconds; `protect` names
+    snapshots never to touch (the one a pod runs from). `every_ready` drops the count rule
+    (single-use snapshots once used); `teardown` implies it and deletes the policy last once
+    nothing is left. Returns what was deleted, what is left, and what is stuck deleting (a
+    finalizer that did not finish within `delete_wait`).
     """
     protect = protect or set()
+    by_count = not (every_ready or teardown)
     triggers = (await kube.list(TRIGGERS, ns, label_selector=(
         f"{WORKSPACE_SELECTOR_LABEL}={workspace}"))).get("items") or []
     triggers.sort(key=lambda t: t["metadata"].get("creationTimestamp") or "", reverse=True)
@@ -62,7 +66,8 @@ async def collect_garbage(kube: Kube, ns: str, workspace: str, *, keep: int,
         pinned = any(s["metadata"]["name"] in protect for s in snaps)
         young = older_than is not None and _age_s(t) < older_than
         running = not t.get("status", {}).get("conditions") and _age_s(t) < 3600
-        if pinned or young or running or (ready and kept_ready < keep):
+        if pinned or young or running or (
+                ready and by_count and (keep == 0 or kept_ready < keep)):
             kept_ready += 1 if ready else 0
             remaining += [t["metadata"]["name"]] + [s["metadata"]["name"] for s in snaps]
             continue

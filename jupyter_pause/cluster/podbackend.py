@@ -110,7 +110,8 @@ class PodBackend(LocalBackend):
 
     async def _drop_used_snapshots(self) -> dict[str, Any]:
         try:
-            res = await self.gc(keep=0, older_than=None, dry_run=False, protect_pinned=False)
+            res = await self.gc(older_than=None, dry_run=False, protect_pinned=False,
+                                every_ready=True)
             self.log.info("jupyter-pause: used pod snapshots deleted: %s", res.get("deleted"))
             return res
         except (BackendError, KubeError) as e:
@@ -163,11 +164,13 @@ class PodBackend(LocalBackend):
         return None
 
     async def gc(self, *, keep: int | None = None, older_than: float | None = None,
-                 dry_run: bool = False, protect_pinned: bool = True) -> dict[str, Any]:
+                 dry_run: bool = False, protect_pinned: bool = True,
+                 every_ready: bool = False) -> dict[str, Any]:
         """Delete this workspace's old pod snapshots (then their triggers); the policy stays.
 
-        `keep` Ready snapshots (default keep_snapshots) and those younger than `older_than`
-        seconds are kept, and so is the one this pod was restored from (`protect_pinned`)."""
+        `keep` Ready snapshots (default keep_snapshots; 0: no count limit) and those younger
+        than `older_than` seconds are kept, and so is the one this pod was restored from
+        (`protect_pinned`); `every_ready` deletes Ready ones whatever their count."""
         pod = await self.pod.get()
         key = workspace_key(pod)
         if key is None:
@@ -178,4 +181,5 @@ class PodBackend(LocalBackend):
             self.kube, pod["metadata"]["namespace"], key[1],
             keep=self.keep_snapshots if keep is None else keep, older_than=older_than,
             dry_run=dry_run, policy=self.policy_name or default_policy_name(key[1]),
+            every_ready=every_ready,
             protect={pinned} if pinned else set())

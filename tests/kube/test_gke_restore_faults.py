@@ -278,7 +278,7 @@ async def test_failed_snapshot_held_by_its_finalizer_stays_listed(apiserver, not
     assert snap["metadata"]["labels"]["gke-pod-snapshot-triggered-by"] == \
         trig["metadata"]["name"]
     sim.stuck_deleting = False  # the finalizer finishes: gc() cleans up in the safe order
-    res = await b.gc(keep=0, older_than=None)
+    res = await b.gc(older_than=None, every_ready=True)
     assert not res["stuck"] and not objects(apiserver, "podsnapshotmanualtriggers")
 
 

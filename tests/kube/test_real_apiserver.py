@@ -297,7 +297,7 @@ async def test_gke_pause_and_resume_with_notebook_identity(cluster, sim):
                     gpu_model="nvidia-l4", restored_condition_wait=0)
     assert await b2.restored_live(resume_ctx(rec)) is True
     # clean-up with the notebook identity: keep none, the policy stays (its delete is denied)
-    res = await b2.gc(keep=0, older_than=None, dry_run=False)
+    res = await b2.gc(older_than=None, dry_run=False, every_ready=True)
     assert snap["snapshot"] in res["deleted"] and not res["stuck"]
 
 
