@@ -4,5 +4,4 @@
 - :mod:`.provenance`: which cell last assigned each variable (so skipped ones can be recomputed).
 - :mod:`.liveness`: the in-memory token that tells a live resume from a fresh kernel.
 - :mod:`.bridge`: what the Jupyter server runs in the kernel by silent execution.
-- :mod:`.client`: the server-side half of that protocol (asyncio + jupyter_client only).
 """

@@ -1,7 +1,7 @@
 """What the Jupyter server runs inside a kernel (by silent execution).
 
-Protocol (implemented for the server by :func:`jupyter_pause.kernel.client.call_bridge`)
---------------------------------------------------------------------------------------------
+Protocol (implemented for the server by :func:`jupyter_pause.server.bridge.run_bridge`)
+-----------------------------------------------------------------------------------------
 
 1. The server sends ONE ``execute_request`` with ``silent=True, store_history=False,
    stop_on_error=False, allow_stdin=False`` and::
@@ -55,6 +55,7 @@ import json
 import logging
 from typing import Any
 
+from ..variables import as_row
 from . import liveness as _liveness
 from . import namespace, ops, provenance
 from .progress import StdoutProgress
@@ -136,7 +137,7 @@ def checkpoint(
             checkpoint_id=res.checkpoint_id,
             bytes_written=res.bytes_written,
             bytes_total=res.bytes_total,
-            variables=[ops.variable_dict(v) for v in res.variables],
+            variables=[as_row(v) for v in res.variables],
             pid=_liveness.state()["pid"],
             token=_liveness.token(),
             warnings=list(getattr(res, "warnings", []) or []),

@@ -6,7 +6,7 @@ Modules (each one job):
   monitor   IdleMonitor: runs the rules inside the server, pauses through the Lifecycle
   activity  keeps the extension's own kernel calls out of the server's activity record
   handlers  GET policy, POST policy/cancel, GET report; the server's start/stop hooks
-  journal, report, whatif, stats, render, plot   the report and the what-if
+  report, whatif, stats, render, plot   the report and the what-if (read from the journal)
   gc        retention clean-up in an order that orphans nothing
   validate  the upgrade check (live / restored / fresh)
 
@@ -15,7 +15,7 @@ Working with other cullers
 Both read the server's activity, so this extension keeps it truthful: reading ``policy``,
 ``report`` (and, on the server side, ``status``) is not activity, and a checkpoint, restore or
 liveness probe run inside a kernel by this extension is not activity either
-(:func:`jupyter_pause.policy.activity.not_activity`). A person's request (Pause, Resume,
+(:func:`jupyter_pause.server.activity.not_activity`). A person's request (Pause, Resume,
 cancelling an announced auto-pause) is activity.
 
 * Kubeflow Workspaces (``activityProbe.jupyter.lastActivity`` polls ``/api/status``) and the

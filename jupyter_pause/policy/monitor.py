@@ -19,8 +19,9 @@ from typing import Any
 
 from traitlets.config import LoggingConfigurable
 
+from ..journal import iso
+from ..server import bridge
 from .idle import AutoPauser, Decision, KernelView, Observation
-from .journal import iso
 from .profiles import IdlePolicy
 
 
@@ -88,15 +89,13 @@ class IdleMonitor(LoggingConfigurable):
 
     async def _probe_never(self, obs: Observation) -> None:
         """Ask each kernel whether ``%pause --never`` is on (only before announcing or firing)."""
-        from ..server import kernels as kbridge  # server side; imported late on purpose
-
         async def one(k: KernelView) -> None:
             if k.never_pause is not None:
                 return
             try:
-                # kbridge.call keeps the probe out of the activity record (not_activity)
-                res = await kbridge.call(self.serverapp, k.id, "liveness",
-                                         timeout=self.policy.probe_timeout)
+                # bridge.call keeps the probe out of the activity record (not_activity)
+                res = await bridge.call(self.serverapp, k.id, "liveness",
+                                        timeout=self.policy.probe_timeout)
                 k.never_pause = bool(res.get("ok") and res.get("never_pause"))
             except Exception as e:  # noqa: BLE001 - no answer cannot opt out
                 self.log.debug("jupyter_pause policy: probe of %s failed: %s", k.id, e)

@@ -18,6 +18,7 @@ from traitlets import Bool, Dict, Float, Instance, Int, List, Unicode, default
 from ..cluster.accelerator import detected_accelerator
 from ..cluster.base import Backend, resolve_backend_class
 from .events import register_schema
+from .handlers import default_handlers
 from .lifecycle import Lifecycle
 from .shutdown import checkpoint_on_shutdown, install_restore_hook
 from .statelock import StateDirBusy, StateLock
@@ -195,8 +196,6 @@ class PauseApp(ExtensionApp):
         return True
 
     def initialize_handlers(self) -> None:
-        from .handlers import default_handlers
-
         self.handlers.extend(default_handlers())
         for module in self._modules:
             if hasattr(module, "get_handlers"):
@@ -226,6 +225,8 @@ class PauseApp(ExtensionApp):
 
         def stop(from_signal: bool = False) -> None:
             if self._stop_trigger is None:
+                # Frame inspection: the idle shutdown calls this bound method from a periodic
+                # callback made before extensions start, with nothing else that tells it apart.
                 caller = sys._getframe(1).f_code.co_name
                 self._stop_trigger = ("signal" if from_signal else
                                       "idle" if caller == "shutdown_no_activity" else "api")
@@ -238,7 +239,12 @@ class PauseApp(ExtensionApp):
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
             self._sigint_before = signal.default_int_handler
-            signal.signal(signal.SIGINT, serverapp._signal_stop)
+
+            def on_sigint(sig: int, frame: Any) -> None:
+                serverapp.log.critical("received signal %s, stopping", sig)
+                serverapp.stop(from_signal=True)
+
+            signal.signal(signal.SIGINT, on_sigint)
 
     async def stop_extension(self) -> None:
         # jupyter_server may run its clean-up twice (a second SIGTERM): the second call must

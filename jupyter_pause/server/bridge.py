@@ -1,8 +1,8 @@
-"""The server's bridge into kernels: the one place that sends a bridge call and waits for it.
+"""The server's bridge into its kernels: which kernels run, and the one place that sends a bridge
+call and waits for it.
 
-The protocol itself (the code string, the result in ``user_expressions``, progress lines) is
-documented and parsed in :mod:`jupyter_pause.kernel.bridge` / :mod:`jupyter_pause.kernel.client`;
-this module does the messaging.
+The protocol's code string, result and progress lines are :mod:`.protocol` (the kernel's side is
+:mod:`jupyter_pause.kernel.bridge`); clients and IOPub are :mod:`.iopub`.
 
 Why a call ends on the shell reply, never on IOPub: every call uses a fresh client, and a ZMQ SUB
 socket only receives what the kernel publishes after its subscription has reached the kernel (the
@@ -13,7 +13,11 @@ cost the whole timeout. Here the ``execute_reply`` matched by its parent ``msg_i
 IOPub only feeds progress, and is drained for a short bounded grace after the reply to pick up
 trailing progress lines, never required. A subscription handshake (ipykernel >= 7 sends
 ``iopub_welcome`` for a new subscription) closes the window in which progress and idle are lost;
-it is bounded (:data:`SUBSCRIBE_WAIT`), since older kernels send nothing.
+it is bounded (:data:`.iopub.SUBSCRIBE_WAIT`), since older kernels send nothing.
+
+While a call waits, it checks that its kernel is still the process it was sent to: a kernel
+whose process ended, or that jupyter_server restarted empty, can never answer, so the call ends
+at once (:class:`KernelDied`) instead of waiting out its timeout.
 """
 
 from __future__ import annotations
@@ -22,31 +26,29 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from queue import Empty
 from typing import Any
 
-import zmq
 from jupyter_core.utils import ensure_async
 
-from ..kernel.client import (
+from ..cluster.base import KernelRecord
+from .activity import not_activity
+from .iopub import SUBSCRIBE_WAIT, IOPubReader, client_of, msg_type, parent_id
+from .protocol import (
     EXPR_NAME,
     RESULT_EXPRESSION,
+    LineSplitter,
     ProgressCallback,
-    _LineSplitter,
     bridge_code,
     parse_reply,
 )
-from ..policy.activity import not_activity
 
 log = logging.getLogger(__name__)
 
 # Bridge functions that may run twice without harm (they only read); only these are retried.
 # checkpoint / restore / recompute change state: a lost reply may still mean they ran.
 IDEMPOTENT = frozenset({"liveness"})
-# How long to wait for the IOPub subscription to be confirmed before sending (ipykernel >= 7).
-SUBSCRIBE_WAIT = 0.5
 # After the reply: how long to keep reading IOPub for our trailing output and ``status: idle``.
 IOPUB_GRACE = 1.0
 # How often a waiting call checks that its kernel is still the same process.
@@ -57,77 +59,17 @@ class BridgeError(Exception):
     """A bridge call could not run (kernel gone, timeout); ``str()`` is one line."""
 
 
-def client_of(kernel_manager: Any) -> Any:
-    """A client of one kernel (its ``KernelManager``) with a session of its own.
+class KernelDied(BridgeError):
+    """The kernel's process ended (or a restart replaced it) while a call ran; ``why`` says how."""
 
-    ``kernel_manager.client()`` hands every client the manager's session, whose id is also the
-    ZMQ identity of the client's shell socket: with two such clients open, the kernel's replies
-    go to whichever socket connected last and the other one waits forever.
-    """
-    session = kernel_manager.session.clone()
-    session.session = uuid.uuid4().hex  # also resets bsession, the socket identity
-    return kernel_manager.client(session=session)
+    def __init__(self, message: str, why: str):
+        super().__init__(message)
+        self.why = why
 
 
 def own_client(serverapp: Any, kernel_id: str) -> Any:
     """A client of the server's kernel with a session (and so a ZMQ identity) of its own."""
     return client_of(serverapp.kernel_manager.get_kernel(kernel_id))
-
-
-def _msg_type(msg: dict[str, Any]) -> str:
-    return msg.get("msg_type") or (msg.get("header") or {}).get("msg_type", "")
-
-
-def _parent_id(msg: dict[str, Any]) -> str | None:
-    return (msg.get("parent_header") or {}).get("msg_id")
-
-
-class _IOPubReader:
-    """Reads one client's IOPub in a task of its own: the only reader of that socket."""
-
-    def __init__(self, client: Any, on_msg: Callable[[dict[str, Any]], None], *,
-                 handshake: bool = True) -> None:
-        self.client = client
-        self.on_msg = on_msg
-        self.subscribed = asyncio.Event()  # any message at all proves the subscription is live
-        # The kernel's XPUB (ipykernel >= 7) reports only a topic's FIRST subscriber, and the
-        # server's own IOPub stream already subscribed to everything (b""): our b"" brings no
-        # welcome. A topic of our own does, to us alone, and comes after our b"" on the same
-        # connection, so its welcome proves that b"" is active too. (jupyter_server counts a
-        # welcome as kernel activity: only for calls inside not_activity, see watch_iopub.)
-        if handshake:
-            topic = f"jupyter_pause.{uuid.uuid4().hex}".encode()
-            with contextlib.suppress(Exception):
-                client.iopub_channel.socket.setsockopt(zmq.SUBSCRIBE, topic)
-        self.task = asyncio.ensure_future(self._run())
-
-    async def _run(self) -> None:
-        channel = self.client.iopub_channel
-        while True:
-            try:
-                msg = await channel.get_msg(timeout=1.0)
-            except Empty:
-                continue
-            except Exception:  # a closed socket, or a message we cannot read (consumed)
-                if channel.socket is None:
-                    return
-                log.debug("jupyter_pause: unreadable IOPub message", exc_info=True)
-                continue
-            self.subscribed.set()
-            try:
-                self.on_msg(msg)
-            except Exception:
-                log.debug("jupyter_pause: IOPub hook failed", exc_info=True)
-
-    async def wait_subscribed(self, timeout: float) -> bool:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.subscribed.wait(), timeout)
-        return self.subscribed.is_set()
-
-    async def stop(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(BaseException):
-            await self.task
 
 
 async def run_bridge(
@@ -136,34 +78,34 @@ async def run_bridge(
     *,
     progress: ProgressCallback | None = None,
     timeout: float | None = None,
-    gone: Callable[[], str | None] | None = None,
+    gone: Callable[[], Awaitable[str | None]] | None = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """Run ``jupyter_pause.kernel.bridge.<func>(**kwargs)`` on a started client; its result dict.
 
-    ``client`` is an ``AsyncKernelClient`` of our own (:func:`client_of`) with its shell and
-    IOPub channels started; this call is the only reader of both while it runs. ``timeout``
+    ``client`` is an ``AsyncKernelClient`` of our own (:func:`.iopub.client_of`) with its shell
+    and IOPub channels started; this call is the only reader of both while it runs. ``timeout``
     bounds the whole call (including waiting behind a busy kernel); on timeout the result is
     ``{"ok": False, "error": ..., "timeout": True}`` and the kernel may still be working on the
-    request. ``gone()``, checked while waiting, returns a reason when the kernel process is no
-    longer there (the result is then ``{"ok": False, "error": reason, "gone": True}``).
+    request. ``await gone()``, checked while waiting, returns a reason when the kernel process
+    is no longer there (the result is then ``{"ok": False, "error": reason, "gone": True}``).
     Never raises for kernel-side failures: they come back as ``{"ok": False, "error": "..."}``.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    splitter = _LineSplitter(progress)
+    splitter = LineSplitter(progress)
     msg_id: str | None = None
     idle = asyncio.Event()
 
     def on_iopub(msg: dict[str, Any]) -> None:
-        if msg_id is None or _parent_id(msg) != msg_id:
+        if msg_id is None or parent_id(msg) != msg_id:
             return  # another request's output, or the subscription's welcome
-        kind, content = _msg_type(msg), msg.get("content") or {}
+        kind, content = msg_type(msg), msg.get("content") or {}
         if kind == "stream" and content.get("name") == "stdout":
             splitter.feed(content.get("text", ""))
         elif kind == "status" and content.get("execution_state") == "idle":
             idle.set()
 
-    reader = _IOPubReader(client, on_iopub)
+    reader = IOPubReader(client, on_iopub)
     try:
         subscribed = await reader.wait_subscribed(
             SUBSCRIBE_WAIT if deadline is None else min(SUBSCRIBE_WAIT, timeout or 0))
@@ -182,11 +124,11 @@ async def run_bridge(
             try:
                 msg = await client.shell_channel.get_msg(timeout=wait)
             except Empty:  # nothing yet
-                reason = gone() if gone is not None else None
+                reason = await gone() if gone is not None else None
                 if reason:
                     return {"ok": False, "gone": True, "error": reason}
                 continue
-            if _parent_id(msg) == msg_id:
+            if parent_id(msg) == msg_id:
                 reply = msg  # a stale reply of an earlier request on this client is skipped
         # The answer is in. Output published before the reply may still be in flight on IOPub:
         # read until our idle, briefly (long only when the subscription is known to be live).
@@ -201,31 +143,61 @@ async def run_bridge(
             await asyncio.gather(*splitter.pending, return_exceptions=True)
 
 
-def _pid(serverapp: Any, kernel_id: str) -> int | None:
-    """The kernel's process id (None where the provisioner does not tell)."""
-    try:
-        kernel = serverapp.kernel_manager.get_kernel(kernel_id)
-    except KeyError:
-        return None
+# ---------------------------------------------------------------------- is it still there
+
+
+def _kernel(serverapp: Any, kernel_id: str) -> Any | None:
+    """The kernel's manager, None once it is gone (jupyter_server's get_kernel raises 404)."""
+    km = serverapp.kernel_manager
+    return km.get_kernel(kernel_id) if kernel_id in km else None
+
+
+def kernel_pid(serverapp: Any, kernel_id: str) -> int | None:
+    """The kernel's process id (None where it is gone or the provisioner does not tell)."""
+    kernel = _kernel(serverapp, kernel_id)
     pid = getattr(getattr(kernel, "provisioner", None), "pid", None)
     return pid if isinstance(pid, int) else None
 
 
-async def _call_once(serverapp: Any, kernel_id: str, func: str, *, progress: Any,
-                     timeout: float | None, **kwargs: Any) -> dict[str, Any]:
-    km = serverapp.kernel_manager
-    pid = _pid(serverapp, kernel_id)
+async def why_gone(serverapp: Any, kernel_id: str, pid: int | None, *,
+                   strict: bool = True) -> str | None:
+    """Why the kernel that ran as ``pid`` can no longer answer, or None while it can.
 
-    def gone() -> str | None:
-        if kernel_id not in km:
-            return f"the kernel {kernel_id[:8]} stopped during {func}"
-        now = _pid(serverapp, kernel_id)
-        # A new pid is only set once the new process is launched, so its ports are known: a
-        # retry's new client reaches it. (A restart with new ports is what jupyter_server does
-        # for a kernel that died at start-up, e.g. one of its ports was taken meanwhile.)
-        if pid is not None and now is not None and now != pid:
-            return f"the kernel {kernel_id[:8]} restarted during {func} (its memory is gone)"
+    Without ``strict`` only a kernel shut down or already restarted counts: a new pid is set
+    once the new process is launched, so its ports are known and a retry's new client reaches
+    it (a restart with new ports is what jupyter_server does for a kernel that died at
+    start-up, e.g. one of its ports was taken meanwhile). ``strict`` also counts a process that
+    ended and is not replaced yet.
+    """
+    kernel = _kernel(serverapp, kernel_id)
+    if kernel is None:
+        return "the kernel was shut down"
+    now = kernel_pid(serverapp, kernel_id)
+    if pid is not None and now is not None and now != pid:
+        return "its process ended and jupyter_server restarted it empty"
+    if not strict:
         return None
+    if getattr(kernel, "execution_state", None) in ("dead", "restarting"):
+        return "its process ended"
+    try:
+        alive = await ensure_async(kernel.is_alive())
+    except Exception:  # noqa: BLE001 - a provisioner that cannot tell: assume alive
+        alive = True
+    return None if alive else "its process ended"
+
+
+# ---------------------------------------------------------------------- calls
+
+
+async def _call_once(serverapp: Any, kernel_id: str, func: str, pid: int | None, *,
+                     strict: bool, progress: Any, timeout: float | None,
+                     **kwargs: Any) -> dict[str, Any]:
+    async def gone() -> str | None:
+        try:
+            why = await why_gone(serverapp, kernel_id, pid, strict=strict)
+        except Exception:  # noqa: BLE001 - a check that cannot tell must not fail the call
+            return None
+        return f"the kernel {kernel_id[:8]} stopped during {func} ({why})" if why else None
 
     # Our checkpoint/restore/liveness calls are not the person's activity: without this,
     # they would keep /api/status's last_activity (Kubeflow's culler, JupyterHub) fresh.
@@ -254,17 +226,29 @@ async def call(
 
     Each attempt uses a fresh client. ``retries`` re-sends an unanswered call on a new
     connection, only for read-only functions (:data:`IDEMPOTENT`): a checkpoint or restore whose
-    reply was lost may still have run, so it is never sent twice. Raises :class:`BridgeError`
-    when the kernel is not there, stops or restarts meanwhile, or no attempt got an answer.
+    reply was lost may still have run, so it is never sent twice. Raises :class:`KernelDied`
+    when the kernel is not there, or its process ends or is restarted meanwhile (at once, not
+    at the timeout), and :class:`BridgeError` when no attempt got an answer.
     """
     if retries and func not in IDEMPOTENT:
         raise ValueError(f"{func} changes the kernel's state; it is never retried")
     km = serverapp.kernel_manager
     for attempt in range(retries + 1):
         if kernel_id not in km:
-            raise BridgeError(f"kernel {kernel_id[:8]} is not running")
-        res = await _call_once(serverapp, kernel_id, func, progress=progress, timeout=timeout,
-                               **kwargs)
+            raise KernelDied(f"kernel {kernel_id[:8]} is not running", "the kernel is not running")
+        pid = kernel_pid(serverapp, kernel_id)
+        try:
+            # A call asked again waits for a restarted process (see why_gone); one that is not
+            # ends as soon as its process does.
+            res = await _call_once(serverapp, kernel_id, func, pid, strict=not retries,
+                                   progress=progress, timeout=timeout, **kwargs)
+        except Exception as e:
+            # A call that failed because the kernel went away says so.
+            why = await why_gone(serverapp, kernel_id, pid)
+            if why:
+                raise KernelDied(f"the kernel {kernel_id[:8]} stopped during {func} ({why})",
+                                 why) from e
+            raise
         if not res.get("gone") and not res.get("timeout"):
             return res
         # A kernel that jupyter_server restarted meanwhile (e.g. it died at start-up because
@@ -275,54 +259,73 @@ async def call(
         log.warning("jupyter_pause: kernel %s: %s (attempt %d of %d); retrying on a new "
                     "connection", kernel_id[:8], res.get("error"), attempt + 1, retries + 1)
     if res.get("gone"):
-        raise BridgeError(str(res["error"]))
+        why = await why_gone(serverapp, kernel_id, pid) or "its process ended"
+        raise KernelDied(str(res["error"]), why)
     tries = "" if not retries else f" ({retries + 1} attempts, each on a new connection)"
     raise BridgeError(f"the kernel did not answer {func} within {timeout or 0:.0f} s{tries}")
 
 
-@contextlib.asynccontextmanager
-async def watch_iopub(kernel: Any, on_msg: Callable[[dict[str, Any]], None], *,
-                      handshake: bool = True) -> AsyncIterator[None]:
-    """Call ``on_msg`` for every IOPub message of ``kernel`` (a ``KernelManager``) meanwhile.
-
-    A client of its own (:func:`client_of`), IOPub only. With ``handshake`` it waits (bounded)
-    for the subscription to be confirmed before the block runs, so what the block does is seen;
-    the kernel's welcome then counts as activity for jupyter_server, so handshake only where
-    :func:`~jupyter_pause.policy.activity.not_activity` puts the timestamps back.
-    """
-    client = client_of(kernel)
-    client.start_channels(shell=False, iopub=True, stdin=False, hb=False, control=False)
-    reader = None
-    try:
-        reader = _IOPubReader(client, on_msg, handshake=handshake)
-        if handshake:
-            await reader.wait_subscribed(SUBSCRIBE_WAIT)
-        yield
-    finally:
-        if reader is not None:
-            await reader.stop()
-        with contextlib.suppress(Exception):
-            client.stop_channels()
+# ---------------------------------------------------------------------- the server's kernels
 
 
-async def wait_first_execute(serverapp: Any, kernel_id: str, timeout: float) -> bool:
-    """True when the kernel broadcasts a user's execute_input (silent bridge calls never do)."""
+async def running_kernels(serverapp: Any) -> list[KernelRecord]:
+    """Every running kernel, with the notebook session it serves (if any)."""
     km = serverapp.kernel_manager
-    if kernel_id not in km:
-        return False
-    seen = asyncio.Event()
+    by_kernel: dict[str, dict] = {}
+    for model in await serverapp.session_manager.list_sessions():
+        kernel = model.get("kernel") or {}
+        if kernel.get("id"):
+            by_kernel.setdefault(kernel["id"], model)
+    records = []
+    for kid in list(km.list_kernel_ids()):
+        kernel = km.get_kernel(kid)
+        session = by_kernel.get(kid)
+        path = session.get("path") if session else None
+        records.append(KernelRecord(
+            kernel_id=kid,
+            kernel_name=kernel.kernel_name,
+            path=path,
+            session_id=session.get("id") if session else None,
+            session_name=session.get("name") if session else None,
+            session_type=session.get("type") if session else None,
+            stream=_stream(serverapp, session) if session else f"kernel-{kid}",
+        ))
+    return records
 
-    def on_msg(msg: dict[str, Any]) -> None:
-        if _msg_type(msg) == "execute_input":
-            seen.set()
 
-    deadline = time.monotonic() + timeout
-    # No handshake: this runs outside not_activity, and its welcome would look like activity.
-    async with watch_iopub(km.get_kernel(kernel_id), on_msg, handshake=False):
-        while not seen.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0 or kernel_id not in km:
-                return False
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(seen.wait(), min(1.0, left))
-        return True
+def _stream(serverapp: Any, session: dict) -> str:
+    """The checkpoint lineage of a notebook: the kernel's JPY_SESSION_NAME, computed the way
+    jupyter_server computes it, so that server checkpoints and the kernel's %checkpoint,
+    %restore and %resume all use the same stream."""
+    try:
+        env = serverapp.session_manager.get_kernel_env(session.get("path"), session.get("name"))
+        return env["JPY_SESSION_NAME"]
+    except Exception:  # noqa: BLE001 - fall back to the API path
+        return session.get("path") or "default"
+
+
+def execution_state(serverapp: Any, kernel_id: str) -> str:
+    """The kernel's execution state as jupyter_server knows it ("dead" once it is gone)."""
+    kernel = _kernel(serverapp, kernel_id)
+    return "dead" if kernel is None else getattr(kernel, "execution_state", "unknown")
+
+
+async def wait_idle(serverapp: Any, kernel_id: str, timeout: float) -> bool:
+    """True once the kernel is not busy; False if it is still busy after timeout.
+
+    "starting" does not count as busy: jupyter_server keeps that state until a client talks to
+    the kernel, and a bridge call just queues behind the kernel's start-up anyway.
+    """
+    deadline = time.monotonic() + max(0.0, timeout)
+    while True:
+        state = execution_state(serverapp, kernel_id)
+        if state != "busy":
+            return state != "dead"
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.1)
+
+
+async def interrupt(serverapp: Any, kernel_id: str) -> None:
+    """Interrupt the kernel's running cell."""
+    await ensure_async(serverapp.kernel_manager.interrupt_kernel(kernel_id))

@@ -26,14 +26,16 @@ import copy
 import inspect
 import secrets
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from ..cluster.base import KernelRecord
-from ..policy.report import trigger_text
-from . import kernels as kbridge
-from . import metrics
-from .journal import utcnow_iso
+from ..journal import utcnow_iso
+from . import bridge, metrics
+from .pause import checkpoint_kwargs
+from .pausereport import trigger_text
+from .previous import add_previous, offer_previous
+from .recorder import Flight
+from .resume import restore_kwargs
 
 if TYPE_CHECKING:
     from .lifecycle import Lifecycle
@@ -49,8 +51,6 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
                                  hub: bool = False) -> dict[str, Any] | None:
     """Checkpoint every kernel before the server shuts them down; the ``stopped`` entry, or None
     when nothing was journaled (the workspace is paused, or a flight outlived the budget)."""
-    from .lifecycle import Flight, KernelDied
-
     lc.stopping = True  # refuses new pauses, resumes and restores from now on
     t0 = time.monotonic()
     deadline = t0 + max(0.0, budget)
@@ -82,17 +82,13 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
         lc.log.warning("jupyter_pause: no shutdown checkpoint, nothing written: %s", held)
         return None
 
-    records = await kbridge.running_kernels(serverapp)
-    flight = Flight(id=f"stop-{uuid.uuid4().hex[:12]}", kind="stop", trigger=trigger,
-                    started=utcnow_iso())
-    lc.flight = flight
-    lc.step = None
-    metrics.FLIGHTS.labels(app.backend_name, "stop", metrics.trigger_label(trigger)).inc()
+    records = await bridge.running_kernels(serverapp)
+    flight = lc.new_flight("stop", trigger)
     try:
-        await lc._record("shutdown_requested", trigger=trigger, hub=hub, budget_s=budget,
+        await lc.record("shutdown_requested", trigger=trigger, hub=hub, budget_s=budget,
                          kernels=[r.to_dict() for r in records])
         if records:
-            lc._set_step("stopping", "Checkpointing the kernels before the server stops",
+            lc.set_step("stopping", "Checkpointing the kernels before the server stops",
                          state="stopping")
         abandoned: list[str] = []
 
@@ -109,9 +105,9 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
 
         async def _save(rec: KernelRecord, row: dict[str, Any]) -> None:
             # Never checkpoint mid-cell: a cell that ends within the budget is saved.
-            if kbridge.execution_state(serverapp, rec.kernel_id) == "busy" and \
-                    not await kbridge.wait_idle(serverapp, rec.kernel_id, left()):
-                dead = kbridge.execution_state(serverapp, rec.kernel_id) == "dead"
+            if bridge.execution_state(serverapp, rec.kernel_id) == "busy" and \
+                    not await bridge.wait_idle(serverapp, rec.kernel_id, left()):
+                dead = bridge.execution_state(serverapp, rec.kernel_id) == "dead"
                 row["reason"] = ("the kernel died while running a cell" if dead else
                                  f"busy: still running a cell when the shutdown budget of "
                                  f"{budget:g} s ran out")
@@ -119,24 +115,19 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
             if left() <= 0:
                 row["reason"] = f"the shutdown budget of {budget:g} s ran out before its turn"
                 return
-            kwargs: dict[str, Any] = {}
-            if app.variable_timeout > 0:
-                kwargs["variable_timeout"] = app.variable_timeout
+            kwargs = checkpoint_kwargs(lc, rec, flight, f"shutdown:{trigger}",
+                                       secrets.token_urlsafe(24))
             try:
-                res = await asyncio.wait_for(lc._call_watched(
-                    rec.kernel_id, "checkpoint", timeout=left() + 5.0,
-                    store_url=app.store_url or None, key_path=app.key_path or None,
-                    stream=rec.stream, token=secrets.token_urlsafe(24),
-                    meta={"trigger": f"shutdown:{trigger}", "flight": flight.id,
-                          "kernel_id": rec.kernel_id, "path": rec.path},
-                    keep=app.keep_checkpoints or None, **kwargs), left())
+                res = await asyncio.wait_for(bridge.call(
+                    serverapp, rec.kernel_id, "checkpoint", timeout=left() + 5.0, **kwargs),
+                    left())
             except asyncio.TimeoutError:
                 abandoned.append(rec.kernel_id)
                 row["reason"] = (f"the shutdown budget of {budget:g} s ran out during its "
                                  "checkpoint; the checkpoint was abandoned")
                 return
-            except KernelDied as e:
-                row["reason"] = f"the kernel died during the checkpoint ({e})"
+            except bridge.KernelDied as e:
+                row["reason"] = f"the kernel died during the checkpoint ({e.why})"
                 return
             except Exception as e:  # noqa: BLE001 - reported per kernel
                 row["reason"] = f"checkpoint failed: {e}"
@@ -152,7 +143,7 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
             row.update(status="saved", checkpoint_id=rec.checkpoint_id,
                        bytes_written=rec.bytes_written, bytes_total=rec.bytes_total)
             # Per kernel, at once: a server killed before the end still knows what was saved.
-            await lc._record("stop_checkpoint_written", path=rec.path,
+            await lc.record("stop_checkpoint_written", path=rec.path,
                              checkpoint_id=rec.checkpoint_id, kernels=[rec.to_dict()])
 
         rows = list(await asyncio.gather(*(one(r) for r in records)))
@@ -167,7 +158,7 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
         saved = [r.to_dict() for r in records
                  if any(row["kernel_id"] == r.kernel_id and row["status"] == "saved"
                         for row in rows)]
-        entry = await lc._record(
+        entry = await lc.record(
             "stopped", trigger=trigger, hub=hub, budget_s=budget, rows=rows, kernels=saved,
             restore=bool(app.restore_after_stop),
             durations={"total_s": round(time.monotonic() - t0, 3)},
@@ -203,27 +194,12 @@ async def _name_previous(lc: Lifecycle, records: list[KernelRecord],
     if not lost:
         return
     try:
-        offer = await asyncio.wait_for(asyncio.to_thread(lc._offer_previous, lost, None),
+        offer = await asyncio.wait_for(asyncio.to_thread(offer_previous, lc.app, lost, None),
                                        PREVIOUS_LOOKUP_S)
     except Exception as e:  # noqa: BLE001 - only a detail of the journal
         lc.log.warning("jupyter_pause: earlier checkpoints not looked up: %s", e)
         return
     add_previous(rows, offer)
-
-
-def add_previous(rows: list[dict[str, Any]], offer: dict[str, Any] | None) -> None:
-    previous = {p.get("stream"): p for p in (offer or {}).get("previous") or []}
-    for row in rows:
-        if row["status"] == "saved":
-            continue
-        p = previous.get(row.get("stream"))
-        if p:
-            row["previous_checkpoint"] = p.get("checkpoint_id")
-            row["reason"] = (f"{row['reason']}; its previous checkpoint {p.get('checkpoint_id')} "
-                             "is intact")
-        else:
-            row["previous_checkpoint"] = None
-            row["reason"] = f"{row['reason']}; it has no earlier checkpoint"
 
 
 # ---------------------------------------------------------------------- restore after a stop
@@ -234,7 +210,7 @@ def install_restore_hook(lc: Lifecycle) -> None:
     request answers (so no cell can run before the restore, and two never race)."""
     sm = lc.serverapp.session_manager
     original = sm.start_kernel_for_session
-    if getattr(original, "_jupyter_pause_hook", False):
+    if getattr(original, "jupyter_pause_hook", False):
         return
     signature = inspect.signature(original)
 
@@ -251,7 +227,7 @@ def install_restore_hook(lc: Lifecycle) -> None:
                 lc.log.exception("jupyter_pause: restore of %s after the stop failed", path)
         return kernel_id
 
-    start_kernel_for_session._jupyter_pause_hook = True  # type: ignore[attr-defined]
+    start_kernel_for_session.jupyter_pause_hook = True  # type: ignore[attr-defined]
     sm.start_kernel_for_session = start_kernel_for_session
 
 
@@ -264,8 +240,6 @@ def pending_record(lc: Lifecycle, path: str) -> dict[str, Any] | None:
 
 async def restore_after_stop(lc: Lifecycle, path: str, kernel_id: str) -> None:
     """Restore the checkpoint the last stop saved for ``path`` into ``kernel_id`` (once)."""
-    from .lifecycle import Flight, KernelDied
-
     app = lc.app
     if not app.restore_after_stop or lc.stopping or lc.app.config_error:
         return
@@ -287,22 +261,17 @@ async def restore_after_stop(lc: Lifecycle, path: str, kernel_id: str) -> None:
     out: dict[str, Any] = {"outcome": "failed", "reason": None, "variables": [], "warnings": []}
     before = lc.state["state"]
     try:
-        lc._set_step("restoring", f"Restoring {path} (the server was stopped)",
-                     state="restoring")
+        message = f"Restoring {path} (the server was stopped)"
+        lc.set_step("restoring", message, state="restoring")
 
         def progress(d: int, t: int, *_: Any) -> None:
-            lc.step = {"name": "restoring", "done": int(d), "total": int(t),
-                       "message": f"Restoring {path} (the server was stopped)"}
-            lc._progress_event()
+            lc.set_step("restoring", message, int(d), int(t))
 
         try:
-            res = await lc._call_watched(
-                kernel_id, "restore", progress=progress, timeout=app.bridge_timeout,
-                store_url=app.store_url or None, key_path=app.key_path or None,
-                stream=rec.stream, checkpoint_id=rec.checkpoint_id, device=app.restore_device,
-                only=None)
-        except KernelDied as e:
-            res = {"ok": False, "error": f"the kernel died during the restore ({e})"}
+            res = await bridge.call(lc.serverapp, kernel_id, "restore", progress=progress,
+                                    timeout=app.bridge_timeout, **restore_kwargs(lc, rec))
+        except bridge.KernelDied as e:
+            res = {"ok": False, "error": f"the kernel died during the restore ({e.why})"}
         except Exception as e:  # noqa: BLE001 - journaled below
             res = {"ok": False, "error": str(e)}
         if res.get("ok"):
@@ -314,13 +283,13 @@ async def restore_after_stop(lc: Lifecycle, path: str, kernel_id: str) -> None:
                              f"{res.get('error') or 'unknown error'}")
         metrics.RESTORES_AFTER_STOP.labels(app.backend_name, out["outcome"]).inc()
         lc.step = None
-        await lc._record(
+        await lc.record(
             "restored_after_stop", flight=flight, path=path, kernel_id=kernel_id,
             previous_kernel_id=rec.kernel_id, outcome=out["outcome"], reason=out["reason"],
             checkpoint_id=rec.checkpoint_id, requested=requested, variables=out["variables"],
             warnings=out["warnings"], durations={"restore_s": round(time.monotonic() - t0, 3)})
         if out["outcome"] == "restored":
-            lc._watch_first_cell(flight, kernel_id, rec)
+            lc.watch_first_cell(flight, kernel_id, rec.path)
     finally:
         lc.step = None
         if lc.state["state"] == "restoring":  # "restoring" is only in memory until journaled

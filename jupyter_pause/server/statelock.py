@@ -21,7 +21,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .journal import make_private_dir
+from ..journal import make_private_dir
 
 LOCK_FILE = "server.lock"
 

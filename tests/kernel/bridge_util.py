@@ -1,4 +1,4 @@
-"""Call the bridge the way the server does: an AsyncKernelClient of our own + client.call_bridge."""
+"""Call the bridge the way the server does: an AsyncKernelClient of our own + bridge.run_bridge."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from jupyter_client.asynchronous import AsyncKernelClient
 
-from jupyter_pause.kernel.client import call_bridge
+from jupyter_pause.server.bridge import run_bridge as call_bridge
 
 
 def bridge(

@@ -1,4 +1,4 @@
-"""The server's calls (checkpoint / restore / liveness / recompute) through client.call_bridge."""
+"""The server's calls (checkpoint / restore / liveness / recompute) through bridge.run_bridge."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_pause.kernel.client import _LineSplitter, bridge_code, parse_reply
+from jupyter_pause.server.protocol import LineSplitter, bridge_code, parse_reply
 
 from .bridge_util import bridge
 
@@ -47,7 +47,7 @@ def test_kernel_without_jupyter_pause(kernel_factory):
 
 def test_line_splitter_reassembles_progress():
     seen = []
-    s = _LineSplitter(lambda d, t: seen.append((d, t)))
+    s = LineSplitter(lambda d, t: seen.append((d, t)))
     s.feed('hello\nJUPYTER_PAUSE_PROGRESS {"done": 1, "to')
     s.feed('tal": 4}\nJUPYTER_PAUSE_PROGRESS {"done": 4, "total": 4}\n')
     s.feed("JUPYTER_PAUSE_PROGRESS not json\n")
@@ -81,7 +81,7 @@ def test_async_progress_callback(kernel_factory):
 
     from jupyter_client.asynchronous import AsyncKernelClient
 
-    from jupyter_pause.kernel.client import call_bridge
+    from jupyter_pause.server.bridge import run_bridge as call_bridge
 
     async def go():
         kc = AsyncKernelClient()

@@ -15,7 +15,7 @@ import time
 import pytest
 from server_process import Server
 
-from jupyter_pause.server import kernels as kbridge
+from jupyter_pause.server import bridge as kbridge
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from pause_test_backends import ColdStarted
 
-from jupyter_pause.server import kernels as kbridge
+from jupyter_pause.server import bridge as kbridge
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -142,7 +142,7 @@ async def test_a_failure_after_a_held_snapshot_writes_nothing(ws):
 
 
 def test_a_stop_journals_its_kernels_so_a_restart_mid_stop_can_resume():
-    from jupyter_pause.server.lifecycle import apply, default_state
+    from jupyter_pause.server.state import apply, default_state
 
     st = default_state()
     kernels = [{"kernel_id": "k1", "path": "small.ipynb", "stream": "small.ipynb"}]

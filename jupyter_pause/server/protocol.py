@@ -1,9 +1,7 @@
 """The server's half of the bridge protocol (see :mod:`jupyter_pause.kernel.bridge`): the code
-string, the reply's result and the progress lines.
+string of a call, its result in the reply, and the progress lines it prints.
 
-The messaging (send, wait for the reply, read IOPub) is :mod:`jupyter_pause.server.bridge`;
-``own_client`` and ``call_bridge`` here are thin wrappers kept for existing callers.
-Pure asyncio + jupyter_client: no jupyter_server import, no IPython import.
+Pure: no messaging (that is :mod:`.bridge`), no jupyter_server, no IPython.
 """
 
 from __future__ import annotations
@@ -14,7 +12,8 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-PROGRESS_PREFIX = "JUPYTER_PAUSE_PROGRESS "
+from ..kernel.progress import PROGRESS_PREFIX
+
 EXPR_NAME = "jupyter_pause"
 _MODULE = "__import__('jupyter_pause.kernel.bridge', fromlist=['_'])"
 RESULT_EXPRESSION = f"{_MODULE}.last_result()"
@@ -63,15 +62,8 @@ def parse_reply(reply: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def own_client(kernel_manager: Any) -> Any:
-    """A client of one kernel with a session of its own: see ``server.bridge.client_of``."""
-    from ..server.bridge import client_of  # the messaging lives there; imported late on purpose
-
-    return client_of(kernel_manager)
-
-
-class _LineSplitter:
-    """Reassembles stdout ``stream`` messages into lines and reports progress lines."""
+class LineSplitter:
+    """Reassembles stdout ``stream`` messages into lines and reports the progress lines."""
 
     def __init__(self, progress: ProgressCallback | None) -> None:
         self.progress = progress
@@ -98,22 +90,3 @@ class _LineSplitter:
             r = self.progress(done, total)
             if inspect.isawaitable(r):
                 self.pending.append(asyncio.ensure_future(r))
-
-
-async def call_bridge(
-    kernel_client: Any,
-    func: str,
-    progress: ProgressCallback | None = None,
-    timeout: float | None = None,
-    **kwargs: Any,
-) -> dict[str, Any]:
-    """Run ``jupyter_pause.kernel.bridge.<func>(**kwargs)`` in the kernel; returns its result dict.
-
-    ``kernel_client`` is a started ``AsyncKernelClient`` of your own (:func:`own_client`; never
-    ``kernel_manager.client()``, whose shared session id is its shell socket's ZMQ identity).
-    Completion is decided by the shell reply; see :func:`jupyter_pause.server.bridge.run_bridge`
-    for the contract (timeout result, progress, never raises for kernel-side failures).
-    """
-    from ..server.bridge import run_bridge  # the one implementation; imported late on purpose
-
-    return await run_bridge(kernel_client, func, progress=progress, timeout=timeout, **kwargs)

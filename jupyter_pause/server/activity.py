@@ -1,4 +1,4 @@
-"""Keep our own kernel calls out of the server's activity record.
+"""The person's activity in the kernels, as jupyter_server records it, and our calls kept out of it.
 
 jupyter_server counts every IOPub message of an ``execute_request`` (silent or not) as kernel
 activity: it moves ``kernel.last_activity`` and ``kernel_manager.last_kernel_activity``, which feed
@@ -6,14 +6,7 @@ activity: it moves ``kernel.last_activity`` and ``kernel_manager.last_kernel_act
 culler read) and JupyterHub's activity. A checkpoint, restore or liveness probe run by this
 extension is not the person's activity, so :func:`not_activity` puts those timestamps back to
 what they were, unless the person ran a cell meanwhile (an ``execute_input`` broadcast, which
-silent bridge calls never produce).
-
-Usage (server side, around each bridge call)::
-
-    async with not_activity(serverapp, kernel_id):
-        result = await run_bridge(client, "checkpoint", ...)
-
-The IOPub watch itself is :func:`jupyter_pause.server.bridge.watch_iopub` (one messaging module).
+silent bridge calls never produce). Every bridge call runs inside it (:func:`.bridge.call`).
 """
 
 from __future__ import annotations
@@ -24,12 +17,12 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from .iopub import msg_type, watch_iopub
+
 
 def _kernel(km: Any, kernel_id: str) -> Any | None:
-    try:
-        return km.get_kernel(kernel_id)
-    except KeyError:
-        return None
+    # jupyter_server's get_kernel raises a 404 for a kernel that is gone
+    return km.get_kernel(kernel_id) if kernel_id in km else None
 
 
 async def _settle(kernel: Any, timeout: float) -> None:
@@ -43,6 +36,7 @@ async def _settle(kernel: Any, timeout: float) -> None:
 @contextlib.asynccontextmanager
 async def not_activity(serverapp: Any, kernel_id: str, *, settle: float = 2.0
                        ) -> AsyncIterator[None]:
+    """What the block makes the kernel do does not count as the person's activity."""
     km = serverapp.kernel_manager
     kernel = _kernel(km, kernel_id)
     if kernel is None:
@@ -58,9 +52,7 @@ async def not_activity(serverapp: Any, kernel_id: str, *, settle: float = 2.0
 
     async with contextlib.AsyncExitStack() as stack:
         try:
-            from ..server.bridge import watch_iopub  # server side; imported late on purpose
-
-            # a client of its own, never the manager's session: see server.bridge.client_of
+            # a client of its own, never the manager's session: see iopub.client_of
             await stack.enter_async_context(watch_iopub(kernel, on_msg))
         except Exception:  # noqa: BLE001 - no iopub watch: keep whatever happened
             user_ran.set()
@@ -76,3 +68,40 @@ async def not_activity(serverapp: Any, kernel_id: str, *, settle: float = 2.0
                     others = [getattr(_kernel(km, k), "last_activity", None)
                               for k in list(km.list_kernel_ids()) if k != kernel_id]
                     km.last_kernel_activity = max([before_km, *(t for t in others if t)])
+
+
+async def wait_first_execute(serverapp: Any, kernel_id: str, timeout: float) -> bool:
+    """True when the kernel broadcasts a person's execute_input (silent bridge calls never do)."""
+    km = serverapp.kernel_manager
+    if kernel_id not in km:
+        return False
+    seen = asyncio.Event()
+
+    def on_msg(msg: dict[str, Any]) -> None:
+        if msg_type(msg) == "execute_input":
+            seen.set()
+
+    deadline = time.monotonic() + timeout
+    # No handshake: this runs outside not_activity, and its welcome would look like activity.
+    async with watch_iopub(km.get_kernel(kernel_id), on_msg, handshake=False):
+        while not seen.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or kernel_id not in km:
+                return False
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(seen.wait(), min(1.0, left))
+        return True
+
+
+def kernel_activity(serverapp: Any) -> dict[str, Any]:
+    """The kernels' activity now: how many, how many busy, connections, last activity."""
+    km = serverapp.kernel_manager
+    ids = list(km.list_kernel_ids())
+    busy = 0
+    for kid in ids:
+        kernel = _kernel(km, kid)
+        busy += kernel is not None and getattr(kernel, "execution_state", None) == "busy"
+    # jupyter_server keeps the open websocket count per kernel only in this mapping
+    connections = sum(getattr(km, "_kernel_connections", {}).get(k, 0) for k in ids)
+    return {"kernels": len(ids), "busy_kernels": busy, "connections": connections,
+            "last": getattr(km, "last_kernel_activity", None)}

@@ -1,0 +1,196 @@
+"""A pause in flight: wait for idle kernels, checkpoint them, snapshot the workspace, release
+the accelerator; each step journaled through the :class:`~.lifecycle.Lifecycle`."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..cluster.base import KernelRecord, PauseContext
+from . import bridge, metrics
+from .previous import age_text, offer_previous
+from .recorder import Flight, StepError
+
+if TYPE_CHECKING:
+    from .lifecycle import Lifecycle
+
+
+async def run_pause(lc: Lifecycle, flight: Flight, interrupt: bool, mode: str = "pause") -> None:
+    """The whole pause; its failure is journaled, never raised."""
+    app = lc.app
+    t0 = time.monotonic()
+    step = "checkpointing"
+    held = False  # the cluster stops this pod after its snapshot: write nothing more
+    stop = mode == "stop"
+    try:
+        # The kernels go into the journal first: a server that dies mid-checkpoint then knows
+        # which notebooks' previous checkpoints to offer (and a stop, which kernels it stops).
+        records = await bridge.running_kernels(lc.serverapp)
+        await lc.record("pause_requested", trigger=flight.trigger, mode=mode,
+                        kernels=[r.to_dict() for r in records])
+        await _wait_idle(lc, records, interrupt)  # a stop never kills a running cell either
+        ctx = PauseContext(
+            flight_id=flight.id, trigger=flight.trigger, serverapp=lc.serverapp,
+            kernels=records, accelerator=dict(app.accelerator),
+            _report=lc.backend_report, _progress=lc.backend_progress, mode=mode,
+        )
+        snap: dict[str, Any] = {}
+        if not stop:
+            await _checkpoint_all(lc, records, flight)
+            total = sum(r.bytes_total for r in records)
+            written = sum(r.bytes_written for r in records)
+            ctx.checkpoints = [r.checkpoint_id for r in records]
+            await lc.record(
+                "checkpoint_written", bytes_written=written, bytes_total=total,
+                checkpoints=ctx.checkpoints, kernels=[r.to_dict() for r in records],
+            )
+            metrics.CHECKPOINT_BYTES.labels(app.backend_name).inc(written)
+            metrics.CHECKPOINT_SIZE.labels(app.backend_name).set(total)
+
+            step = "snapshotting"
+            lc.set_step("snapshotting", "Snapshotting the workspace")
+            snap = await lc.backend.snapshot(ctx) or {}
+            ctx.snapshot = snap
+            # The cluster stops this pod right after its snapshot (GKE postCheckpoint: stop,
+            # the rule for pods with a PVC): a write to the pod's volumes now would make the
+            # restore fail. The journal stays at "snapshotting" (checkpoint_written), which
+            # settles both ways: a restored copy of this process journals on from here, and
+            # a cold start's next server start counts the pause as done and restores the
+            # checkpoint (recovery.load).
+            held = bool(snap.get("hold_writes")) and not snap.get("woke_up")
+            await lc.record("snapshot_ready", persist=not held, snapshot=snap.get("snapshot"),
+                            backend=app.backend_name, skipped=bool(snap.get("skipped")))
+
+        step = "releasing"
+        lc.set_step("releasing", "Stopping the kernels" if stop else "Releasing the accelerator")
+        rel = await lc.backend.release(ctx) or {}
+        await lc.record("accelerator_released", persist=not held,
+                        accelerator=dict(app.accelerator),
+                        released=bool(rel.get("released", True)),
+                        stopped_kernels=rel.get("stopped_kernels", []))
+        lc.step = None
+        await lc.record("paused", persist=not held)
+        metrics.PAUSE_DURATION.labels(app.backend_name).observe(time.monotonic() - t0)
+        woke_up = bool(snap.get("woke_up") or rel.get("woke_up"))
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every failure is journaled
+        woke_up = False
+        # A failed release after a checkpoint still leaves a way back (paused); a stop
+        # has no checkpoint, so its failed release is a failure. After a snapshot whose pod
+        # the cluster stops, the failure is not written either (see above).
+        await lc.record_failure(flight, step, e, state_after="paused"
+                                if step == "releasing" and not stop else "failed",
+                                persist=not held)
+    finally:
+        lc.step = None
+        if lc.flight is flight:
+            lc.flight = None
+    if woke_up:
+        # A pod snapshot restore resumed this very process inside the pause: go on with a
+        # resume at once, which verifies the kernels (live) and reports it.
+        await lc.request_resume("startup")
+
+
+async def _wait_idle(lc: Lifecycle, records: list[KernelRecord], interrupt: bool) -> None:
+    """Never checkpoint mid-cell: wait for idle, interrupt if asked, else refuse."""
+    timeout = lc.app.busy_timeout
+    serverapp = lc.serverapp
+    for rec in records:
+        if bridge.execution_state(serverapp, rec.kernel_id) != "busy":
+            continue
+        lc.set_step("checkpointing", f"Waiting for {rec.label} to finish its cell")
+        if await bridge.wait_idle(serverapp, rec.kernel_id, timeout):
+            continue
+        if interrupt:
+            lc.set_step("checkpointing", f"Interrupting {rec.label}")
+            await bridge.interrupt(serverapp, rec.kernel_id)
+            if await bridge.wait_idle(serverapp, rec.kernel_id, 15):
+                continue
+        raise StepError(
+            f"{rec.label} is still running a cell after {timeout:g} s; pause refused, "
+            "nothing was changed",
+            reason="kernel_busy",
+            hint="Wait for the cell to finish or interrupt the kernel, then pause again.",
+        )
+
+
+def checkpoint_kwargs(lc: Lifecycle, rec: KernelRecord, flight: Flight, trigger: str,
+                      token: str) -> dict[str, Any]:
+    """The bridge's ``checkpoint`` arguments for one kernel (a pause's or a server stop's)."""
+    app = lc.app
+    kwargs: dict[str, Any] = {}
+    if app.variable_timeout > 0:
+        kwargs["variable_timeout"] = app.variable_timeout
+    return dict(store_url=app.store_url or None, key_path=app.key_path or None,
+                stream=rec.stream, token=token,
+                meta={"trigger": trigger, "flight": flight.id, "kernel_id": rec.kernel_id,
+                      "path": rec.path},
+                keep=app.keep_checkpoints or None, **kwargs)
+
+
+async def _checkpoint_all(lc: Lifecycle, records: list[KernelRecord], flight: Flight) -> None:
+    done: dict[str, int] = {}
+    totals: dict[str, int] = {}
+    label = ", ".join(r.label for r in records) or "no kernels"
+    lc.set_step("checkpointing", f"Checkpointing {label}", state="checkpointing")
+
+    def progress_for(rec: KernelRecord) -> Any:
+        def progress(d: int, t: int, *_: Any) -> None:
+            done[rec.kernel_id], totals[rec.kernel_id] = int(d), int(t)
+            lc.set_step("checkpointing", f"Checkpointing {rec.label}", sum(done.values()),
+                        sum(totals.values()))
+        return progress
+
+    async def one(rec: KernelRecord) -> None:
+        token = secrets.token_urlsafe(24)
+        try:
+            res = await bridge.call(
+                lc.serverapp, rec.kernel_id, "checkpoint", progress=progress_for(rec),
+                timeout=lc.app.bridge_timeout,
+                **checkpoint_kwargs(lc, rec, flight, flight.trigger, token))
+        except bridge.KernelDied as e:
+            raise await _kernel_died(lc, rec, flight, e.why) from e
+        except Exception as e:
+            raise StepError(f"checkpoint of {rec.label} failed: {e}",
+                            reason="checkpoint_error") from e
+        if not res.get("ok"):
+            err = str(res.get("error") or "unknown error")
+            reason = "storage_full" if "space" in err.lower() else "checkpoint_error"
+            raise StepError(f"checkpoint of {rec.label} failed: {err}", reason=reason,
+                            hint="Fix the cause and pause again.")
+        rec.token = res.get("token") or token
+        rec.pid = res.get("pid")
+        rec.checkpoint_id = res.get("checkpoint_id")
+        rec.bytes_written = int(res.get("bytes_written") or 0)
+        rec.bytes_total = int(res.get("bytes_total") or 0)
+        rec.variables = list(res.get("variables") or [])
+
+    tasks = [asyncio.ensure_future(one(r)) for r in records]
+    try:
+        # The first kernel that fails (one that died, above all) ends the step at once.
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()  # no-op for finished ones; stops the others' progress updates
+        await asyncio.gather(*tasks, return_exceptions=True)
+    lc.progress(force=True)
+
+
+async def _kernel_died(lc: Lifecycle, rec: KernelRecord, flight: Flight, why: str) -> StepError:
+    """The truth about a kernel that died mid-checkpoint, and the way back it leaves."""
+    offer = await asyncio.to_thread(offer_previous, lc.app, [copy.copy(rec)], flight.id)
+    if offer:
+        last = offer["previous"][0]
+        prev = (f"its last checkpoint is {last['checkpoint_id']} "
+                f"({age_text(last.get('created'))})")
+        hint = ("Its memory is gone. Resume to restore that checkpoint into it, or pause "
+                "again to checkpoint the kernels as they are now.")
+    else:
+        prev = "it has no earlier checkpoint"
+        hint = "Its memory is gone and no earlier checkpoint of it exists; pause again."
+    return StepError(f"the kernel of {rec.label} died during the checkpoint ({why}); {prev}",
+                     reason="kernel_died", hint=hint, resume_from=offer)

@@ -1,0 +1,225 @@
+"""A resume in flight: bring the kernels back, verify which came back live, restore the others
+from the checkpoint, and report per notebook; each step journaled through the Lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..cluster.base import KernelRecord, ResumeContext
+from ..journal import parse_iso, utcnow_iso
+from . import bridge, metrics
+from .pausereport import resume_report, stopped_outcome
+from .recorder import Flight, StepError
+
+if TYPE_CHECKING:
+    from .lifecycle import Lifecycle
+
+
+async def run_resume(lc: Lifecycle, flight: Flight) -> None:
+    """The whole resume; its failure is journaled (with the report so far), never raised."""
+    app = lc.app
+    t0 = time.monotonic()
+    requested = utcnow_iso()
+    step = "resuming"
+    pause = copy.deepcopy(lc.state.get("pause") or {})
+    records = [KernelRecord.from_dict(k) for k in pause.get("kernels", [])]
+    ctx = ResumeContext(
+        flight_id=flight.id, trigger=flight.trigger, serverapp=lc.serverapp,
+        kernels=records, accelerator=dict(pause.get("accelerator") or app.accelerator),
+        _report=lc.backend_report, _progress=lc.backend_progress, pause=pause,
+    )
+    outcomes: dict[str, dict[str, Any]] = {}
+    marks: dict[str, float] = {}
+    try:
+        entry = await lc.record("resume_requested", trigger=flight.trigger)
+        requested = entry["at"]
+        _count_released(lc, pause, requested)
+        lc.set_step("resuming", "Bringing the kernels back")
+        await lc.backend.resume(ctx)
+        marks["resume_s"] = time.monotonic() - t0
+        for rec in records:
+            kid = ctx.kernel_map.get(rec.kernel_id)
+            if kid:
+                lc.watch_first_cell(flight, kid, rec.path)
+
+        fresh: list[KernelRecord] = []
+        if pause.get("mode") == "stop":
+            # Stopped without a checkpoint: nothing to verify, nothing to restore, ever.
+            for rec in records:
+                outcomes[rec.kernel_id] = stopped_outcome(rec, ctx.kernel_map.get(rec.kernel_id))
+        else:
+            step = "verifying"
+            t1 = time.monotonic()
+            lc.set_step("verifying", "Checking whether the live kernels came back",
+                        state="verifying")
+            platform = await lc.backend.restored_live(ctx)
+            await asyncio.gather(*(_verify(lc, ctx, rec, outcomes) for rec in records))
+            fresh = [r for r in records if outcomes[r.kernel_id]["outcome"] == "fresh"]
+            why = getattr(lc.backend, "restore_reason", None) if platform is False else None
+            if why:
+                # Say why the live process did not come back (e.g. "pod was cold-started:
+                # snapshot for another GPU model ..."), not only that it did not.
+                for r in fresh:
+                    prior = outcomes[r.kernel_id].get("reason")
+                    outcomes[r.kernel_id]["reason"] = f"{why}; {prior}" if prior else why
+            await lc.record(
+                "verified", platform_live=platform, restore_reason=why,
+                outcome="live" if all(o["outcome"] == "live" for o in outcomes.values())
+                else "fresh",
+                kernels=[{"path": r.path, "kernel_id": ctx.kernel_map.get(r.kernel_id),
+                          "live": outcomes[r.kernel_id]["outcome"] == "live"}
+                         for r in records],
+            )
+            marks["verify_s"] = time.monotonic() - t1
+
+        if fresh:
+            step = "restoring"
+            t2 = time.monotonic()
+            await _restore_all(lc, fresh, outcomes)
+            restored_bytes = sum(o.get("bytes", 0) for o in outcomes.values())
+            await lc.record(
+                "restored", bytes=restored_bytes,
+                kernels=[{"path": r.path, "outcome": outcomes[r.kernel_id]["outcome"],
+                          "checkpoint_id": r.checkpoint_id} for r in fresh])
+            marks["restore_s"] = time.monotonic() - t2
+        step = "attaching"
+        await lc.backend.attach(ctx)
+        failed = [r for r in records if outcomes[r.kernel_id]["outcome"] == "failed"]
+        if failed:
+            first = outcomes[failed[0].kernel_id]
+            raise StepError(f"restore of {failed[0].label} failed: {first.get('reason')}",
+                            reason="restore_error",
+                            hint="The checkpoint is still there: resume again to retry.")
+        usable = await lc.record("kernel_usable")
+        kinds = {o["outcome"] for o in outcomes.values()}
+        outcome = ("live" if kinds == {"live"} else "restored" if "restored" in kinds
+                   else "fresh")
+        marks["total_s"] = time.monotonic() - t0
+        report = resume_report(flight, requested, usable["at"], records, ctx, outcomes, marks,
+                               outcome)
+        lc.step = None
+        await lc.record("ready", outcome=outcome, report=report)
+        metrics.RESUME_DURATION.labels(app.backend_name, outcome).observe(time.monotonic() - t0)
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every failure is journaled
+        marks["total_s"] = time.monotonic() - t0
+        report = resume_report(flight, requested, None, records, ctx, outcomes, marks, "failed")
+        await lc.record_failure(flight, step, e, state_after="failed", report=report)
+    finally:
+        lc.step = None
+        if lc.flight is flight:
+            lc.flight = None
+
+
+def _count_released(lc: Lifecycle, pause: dict[str, Any], requested: str) -> None:
+    acc = pause.get("accelerator") or {}
+    if not pause.get("released_at") or not pause.get("released", True):
+        return
+    try:
+        seconds = (parse_iso(requested) - parse_iso(pause["released_at"])).total_seconds()
+    except (TypeError, ValueError):
+        return
+    count = float(acc.get("count") or 0)
+    if seconds > 0 and count > 0:
+        metrics.ACCELERATOR_SECONDS_RELEASED.labels(
+            lc.app.backend_name, str(acc.get("type") or "unknown")).inc(seconds * count)
+
+
+async def _verify(lc: Lifecycle, ctx: ResumeContext, rec: KernelRecord,
+                  outcomes: dict[str, dict[str, Any]]) -> None:
+    kid = ctx.kernel_map.get(rec.kernel_id)
+    out: dict[str, Any] = {"kernel_id": kid, "outcome": "fresh", "reason": None}
+    outcomes[rec.kernel_id] = out
+    if not kid:
+        out.update(outcome="failed", reason="no kernel came back for this notebook")
+        return
+    # A kernel busy with %resume restores itself in that cell: let it finish, so liveness
+    # sees "restored" and the server never restores a second time over it.
+    await bridge.wait_idle(lc.serverapp, kid, lc.app.bridge_timeout)
+    try:
+        # retries=1: an unanswered liveness call is sent once more on a new connection
+        # before we give up. A kernel that still answers neither may be alive and busy with
+        # the person's memory in it: it is never restored over (that could overwrite live
+        # work); it is reported failed, and Resume again verifies it afresh.
+        res = await bridge.call(lc.serverapp, kid, "liveness", retries=1,
+                                timeout=lc.app.liveness_timeout)
+    except Exception as e:  # noqa: BLE001 - no answer: neither live nor safely restorable
+        out.update(outcome="failed", reason=f"the kernel did not answer the liveness "
+                   f"check ({e})")
+        return
+    if res.get("ok") is False:
+        out["reason"] = f"liveness check failed ({res.get('error')}); treating it as fresh"
+        return
+    token = res.get("token")
+    restored = res.get("restored") or None
+    if restored and not (rec.token and token == rec.token):
+        # Already rebuilt from a checkpoint (an earlier attempt, or %restore/%resume in the
+        # kernel): restoring again would overwrite what the person did since.
+        out.update(outcome="restored", checkpoint_id=restored.get("checkpoint_id"),
+                   reason=f"already restored from checkpoint {restored.get('checkpoint_id')} "
+                   f"(by {restored.get('by')})", already=True,
+                   # the kernel's own restore rows, so the report lists what came back
+                   variables=list(restored.get("variables") or []))
+        return
+    # Only the exact token proves the same process: a kernel that reopened the notebook has
+    # none, and a kernel of another pause has a different one.
+    if rec.token and token == rec.token:
+        out.update(outcome="live", reason="the kernel process came back with its memory")
+    else:
+        out["reason"] = ("a new kernel process (no liveness token)" if not token else
+                         "a different kernel process (another liveness token)")
+
+
+def restore_kwargs(lc: Lifecycle, rec: KernelRecord) -> dict[str, Any]:
+    """The bridge's ``restore`` arguments for one notebook's checkpoint."""
+    app = lc.app
+    return {"store_url": app.store_url or None, "key_path": app.key_path or None,
+            "stream": rec.stream, "checkpoint_id": rec.checkpoint_id,
+            "device": app.restore_device, "only": None}
+
+
+async def _restore_all(lc: Lifecycle, fresh: list[KernelRecord],
+                       outcomes: dict[str, dict[str, Any]]) -> None:
+    done: dict[str, int] = {}
+    totals: dict[str, int] = {}
+    lc.set_step("restoring", "Restoring from the checkpoint", state="restoring")
+
+    def progress_for(rec: KernelRecord) -> Any:
+        def progress(d: int, t: int, *_: Any) -> None:
+            done[rec.kernel_id], totals[rec.kernel_id] = int(d), int(t)
+            lc.set_step("restoring", f"Restoring {rec.label}", sum(done.values()),
+                        sum(totals.values()))
+        return progress
+
+    async def one(rec: KernelRecord) -> None:
+        out = outcomes[rec.kernel_id]
+        kid = out["kernel_id"]
+        if not kid:
+            return
+        try:
+            res = await bridge.call(lc.serverapp, kid, "restore", progress=progress_for(rec),
+                                    timeout=lc.app.bridge_timeout, **restore_kwargs(lc, rec))
+        except bridge.KernelDied as e:  # at once, not after bridge_timeout
+            out.update(outcome="failed", reason=f"the kernel died during the restore ({e.why})")
+            return
+        except Exception as e:  # noqa: BLE001 - reported per kernel
+            out.update(outcome="failed", reason=str(e))
+            return
+        if not res.get("ok"):
+            out.update(outcome="failed", reason=str(res.get("error") or "unknown error"))
+            return
+        variables = list(res.get("variables") or [])
+        out.update(outcome="restored", variables=variables,
+                   warnings=list(res.get("warnings") or []),
+                   checkpoint_id=res.get("checkpoint_id") or rec.checkpoint_id,
+                   reason="restored from checkpoint (the live process did not come back: "
+                   f"{out.get('reason') or 'fresh kernel'})",
+                   bytes=sum(int(v.get("size") or 0) for v in variables
+                             if v.get("status") == "restored"))
+        metrics.FALLBACK_RESTORES.labels(lc.app.backend_name).inc()
+
+    await asyncio.gather(*(one(r) for r in fresh))

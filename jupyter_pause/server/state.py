@@ -1,0 +1,220 @@
+"""The workspace's persistent state and the one function that changes it.
+
+    running -> checkpointing -> snapshotting -> releasing -> paused
+    running -> releasing -> paused                 (mode "stop": no checkpoint, no snapshot)
+    paused -> resuming (waiting_for_capacity) -> verifying -> ready (live)
+                                                           \\-> restoring -> ready (restored)
+    any step -> failed (with reason; the last good checkpoint is still there)
+
+A pause whose kernels lost their memory on the way (a kernel died mid-checkpoint, or the server
+died with its kernels) fails with ``resume_from``: the previous good checkpoint of each such
+notebook, which becomes the state's ``pause`` (marked ``offered``) so that POST resume restores
+it; a new pause replaces the offer.
+
+Each transition is a journal event (contract §4). :func:`apply` is the only code that turns
+events into state, so the state after a crash is rebuilt by replaying the journal through it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..journal import parse_iso
+from .pausereport import stopped_text, variable_row
+
+PAUSE_STATES = ("checkpointing", "snapshotting", "releasing")
+RESUME_STATES = ("resuming", "waiting_for_capacity", "verifying", "restoring")
+# Fields kept out of the timeline (they are in the journal and the report).
+_BULKY = ("kernels", "report", "variables", "resume_from", "rows")
+
+
+def default_state() -> dict[str, Any]:
+    return {
+        "version": 1, "seq": 0, "state": "running", "outcome": None, "reason": None,
+        "hint": None, "flight": None, "timeline": [], "inflight": None, "pause": None,
+        "last_checkpoint": None, "last_report": None, "last_activity": None,
+        # A shutdown checkpoint under way ("stopping"), and the last one that ended ("stopped":
+        # what it saved, and which saved notebooks still wait for their restore).
+        "stopping": None, "stopped": None,
+    }
+
+
+def apply(st: dict[str, Any], e: dict[str, Any]) -> None:
+    """Fold one journal entry into the persistent state (pure; used live and for recovery)."""
+    ev, at = e.get("event"), e.get("at")
+    st["seq"] = max(int(st.get("seq", 0)), int(e.get("seq", 0)))
+    flight = e.get("flight")
+    if ev in ("pause_requested", "resume_requested", "shutdown_requested"):
+        st["timeline"] = []
+        st["flight"] = {"id": flight, "kind": e.get("kind"), "trigger": e.get("trigger"),
+                        "started": at}
+        st.update(outcome=None, reason=None, hint=None)
+    if flight and ev != "activity":
+        item = {k: v for k, v in e.items() if k not in ("seq", "flight", "kind", *_BULKY)}
+        st.setdefault("timeline", []).append(item)
+    if ev == "activity":
+        st["last_activity"] = at
+    elif ev == "pause_requested":
+        # A stop goes straight to releasing; its kernels come with the request (no
+        # checkpoint_written will carry them), so a server that dies mid-stop still knows them.
+        stop = e.get("mode") == "stop"
+        st["state"] = "releasing" if stop else "checkpointing"
+        st["inflight"] = {"flight_id": flight, "requested": at, "mode": e.get("mode") or "pause",
+                          "kernels": e.get("kernels", []) if stop else [], "checkpoints": []}
+        if not stop:
+            # Which notebooks were being paused: after a crash mid-checkpoint, these are the
+            # ones whose previous checkpoint is offered.
+            st["inflight"]["requested_kernels"] = e.get("kernels", [])
+        if (st.get("pause") or {}).get("offered"):
+            st["pause"] = None  # a new pause supersedes an offered way back
+    elif ev == "checkpoint_written":
+        # A newer checkpoint of a notebook supersedes what the last server stop saved of it.
+        _drop_pending(st, [k.get("path") for k in e.get("kernels") or []])
+        inflight = st.get("inflight") or {"flight_id": flight}
+        inflight.update(kernels=e.get("kernels", []), checkpoints=e.get("checkpoints", []),
+                        bytes_written=e.get("bytes_written", 0), bytes_total=e.get("bytes_total", 0))
+        st["inflight"] = inflight
+        st["last_checkpoint"] = {
+            "id": (e.get("checkpoints") or [None])[0], "ids": e.get("checkpoints", []),
+            "created": at, "bytes_total": e.get("bytes_total", 0),
+            "bytes_written": e.get("bytes_written", 0), "kernels": len(e.get("kernels", [])),
+        }
+        st["state"] = "snapshotting"
+    elif ev == "snapshot_ready":
+        if st.get("inflight") is not None:
+            st["inflight"]["snapshot"] = {"snapshot": e.get("snapshot"), "backend": e.get("backend"),
+                                          "skipped": e.get("skipped", False)}
+        st["state"] = "releasing"
+    elif ev == "accelerator_released":
+        if st.get("inflight") is not None:
+            st["inflight"].update(released_at=at, accelerator=e.get("accelerator"),
+                                  released=e.get("released", True))
+    elif ev == "paused":
+        st["pause"] = st.get("inflight") or st.get("pause")
+        st.update(inflight=None, state="paused", flight=None)
+    elif ev == "resume_requested":
+        st["state"] = "resuming"
+    elif ev == "waiting_for_capacity":
+        st.update(state="waiting_for_capacity", reason=e.get("reason"))
+    elif ev == "pod_scheduled":
+        st.update(state="resuming", reason=None)
+    elif ev == "verified":
+        st["state"] = "restoring" if e.get("outcome") == "fresh" else "verifying"
+    elif ev == "ready":
+        st.update(state="ready", outcome=e.get("outcome"), pause=None, flight=None, reason=None,
+                  hint=None)
+        if e.get("report") is not None:
+            st["last_report"] = e["report"]
+    elif ev == "first_cell_ran":
+        report = st.get("last_report")
+        if report and report.get("flight_id") == flight and not report.get("first_cell"):
+            report["first_cell"] = at
+            try:
+                report["durations"]["first_cell_s"] = round(
+                    (parse_iso(at) - parse_iso(report["requested"])).total_seconds(), 3)
+            except (KeyError, TypeError, ValueError):
+                pass
+    elif ev == "recomputed":
+        _merge_recomputed(st.get("last_report"), e)
+    elif ev in ("shutdown_requested", "stop_checkpoint_written", "stopped",
+                "restored_after_stop"):
+        _apply_stop(st, e)
+    elif ev == "failed":
+        after = e.get("state_after") or "failed"
+        if e.get("kind") == "pause":
+            if after == "paused":  # kernels may be gone already: keep the way back
+                st["pause"] = st.get("inflight") or st.get("pause")
+            elif e.get("resume_from"):  # memory is gone: offer the previous good checkpoint
+                st["pause"] = e["resume_from"]
+            st["inflight"] = None
+        st.update(state=after, reason=e.get("message") or e.get("reason"), hint=e.get("hint"),
+                  flight=None,
+                  outcome="failed" if e.get("kind") == "resume" else None)
+        if e.get("report") is not None:
+            st["last_report"] = e["report"]
+
+
+def _merge_recomputed(report: dict[str, Any] | None, e: dict[str, Any]) -> None:
+    """Fold a ``recomputed`` event (POST recompute) into the last report's kernel of that path:
+    the variables it re-ran become "recomputed" (or "failed", with the reason)."""
+    kernel = next((k for k in (report or {}).get("kernels") or []
+                   if k.get("path") == e.get("path")), None)
+    if kernel is None:
+        return
+    rows = kernel.setdefault("variables", [])
+    by_name = {v.get("name"): v for v in rows}
+    for v in e.get("variables") or []:
+        row = by_name.get(v.get("name"))
+        if row is None:
+            row = variable_row(v)
+            rows.append(row)
+            by_name[row["name"]] = row
+        row["status"], row["reason"] = v.get("status"), v.get("reason")
+        # A failed re-run may be retried; a recomputed variable is done.
+        row["recomputable"] = bool(row.get("cell")) and v.get("status") == "failed"
+
+
+def _drop_pending(st: dict[str, Any], paths: list[str | None]) -> None:
+    pending = (st.get("stopped") or {}).get("pending")
+    if pending:
+        st["stopped"]["pending"] = [p for p in pending if p not in paths]
+
+
+def _apply_stop(st: dict[str, Any], e: dict[str, Any]) -> None:
+    """The shutdown checkpoint's events (see :mod:`.shutdown`)."""
+    ev, at, flight = e.get("event"), e.get("at"), e.get("flight")
+    if ev == "shutdown_requested":
+        st["state"] = "stopping"
+        st["stopping"] = {"flight_id": flight, "requested": at, "trigger": e.get("trigger"),
+                          "hub": bool(e.get("hub")), "kernels": e.get("kernels", []),
+                          "saved": []}
+    elif ev == "stop_checkpoint_written":
+        if st.get("stopping") is not None:
+            st["stopping"]["saved"].extend(e.get("kernels") or [])
+    elif ev == "stopped":
+        saved = list(e.get("kernels") or [])
+        rows = list(e.get("rows") or [])
+        stopped = {
+            "flight_id": flight, "trigger": e.get("trigger"), "hub": bool(e.get("hub")),
+            "requested": (st.get("stopping") or {}).get("requested"), "at": at,
+            "interrupted": bool(e.get("interrupted")), "budget_s": e.get("budget_s"),
+            "kernels": saved, "rows": rows,
+            # Restored when a kernel starts for the notebook's session (the next server).
+            "pending": [k["path"] for k in saved if k.get("path")],
+        }
+        st["stopped"] = stopped
+        st.update(state="running", outcome="stopped", flight=None, stopping=None,
+                  reason=stopped_text(stopped) if rows else None,
+                  hint=("Open a saved notebook: its variables are restored before its first "
+                        "cell runs.") if stopped["pending"] else None)
+    elif ev == "restored_after_stop":
+        stopped = st.get("stopped") or {}
+        path = e.get("path")
+        _drop_pending(st, [path])
+        report = st.get("last_report")
+        if not report or report.get("flight_id") != flight:
+            report = {"flight_id": flight, "outcome": None, "requested": e.get("requested") or at,
+                      "usable": None, "first_cell": None, "trigger": "stop",
+                      "after_stop": {"trigger": stopped.get("trigger"),
+                                     "hub": bool(stopped.get("hub")),
+                                     "stopped_at": stopped.get("at")},
+                      "durations": {}, "kernels": []}
+        report["kernels"] = [k for k in report.get("kernels") or [] if k.get("path") != path]
+        report["kernels"].append({
+            "path": path, "kernel_id": e.get("kernel_id"),
+            "previous_kernel_id": e.get("previous_kernel_id"), "outcome": e.get("outcome"),
+            "reason": e.get("reason"), "checkpoint_id": e.get("checkpoint_id"),
+            "warnings": e.get("warnings") or [],
+            "variables": [variable_row(v) for v in e.get("variables") or []]})
+        report["usable"] = at
+        report.setdefault("durations", {}).update(e.get("durations") or {})
+        ok = any(k.get("outcome") == "restored" for k in report["kernels"])
+        report["outcome"] = "restored" if ok else "failed"
+        st["last_report"] = report
+        if e.get("outcome") == "restored":
+            st.update(state="ready", outcome="restored", reason=None, hint=None)
+        else:
+            st.update(state="ready" if ok else "running", reason=e.get("reason"),
+                      hint="The checkpoint is still there: run %restore in the notebook to "
+                      "retry.")
+
