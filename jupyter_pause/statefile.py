@@ -9,21 +9,32 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 STATE_FILE = "state.json"
 
 
-def protected_ids(state_dir: str | None) -> set[str]:
-    """Checkpoint ids the workspace still needs to come back (from the server's state.json)."""
-    if not state_dir:
-        return set()
+def read_state(state_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The server's state.json as a dict; None when it is missing or not a JSON object.
+
+    Other OSErrors (permissions) propagate: the server must not start over an unreadable state.
+    """
     try:
         with open(os.path.join(state_dir, STATE_FILE), encoding="utf-8") as fh:
             st = json.load(fh)
-    except (OSError, ValueError):
-        return set()
+    except (FileNotFoundError, ValueError):
+        return None
+    return st if isinstance(st, dict) else None
+
+
+def protected_ids(state_dir: str | None) -> set[str]:
+    """Checkpoint ids the workspace still needs to come back (from the server's state.json)."""
+    try:
+        st = read_state(state_dir) if state_dir else None
+    except OSError:
+        st = None
     out: set[str] = set()
-    if not isinstance(st, dict):
+    if st is None:
         return out
     for part in ("pause", "inflight"):
         p = st.get(part)

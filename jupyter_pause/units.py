@@ -42,3 +42,25 @@ def parse_duration(text: str | float) -> float:
     if value < 0:
         raise ValueError(f"a duration cannot be negative: {text!r}")
     return value
+
+
+def format_duration(seconds: Any, *, exact: bool = False) -> str:
+    """Seconds as people read them: ``5400`` -> ``"1.5h"``, ``90`` -> ``"1.5m"``, ``2`` ->
+    ``"2.0s"``; ``"-"`` for None or anything not a number.
+
+    ``exact=True`` gives the form :func:`parse_duration` reads back unchanged: the largest unit
+    that divides it, ``3600`` -> ``"1h"``, ``900`` -> ``"15m"``, ``90`` -> ``"90s"``.
+    """
+    try:
+        s = float(seconds)
+    except (TypeError, ValueError):
+        return "-"
+    if exact:
+        for unit, size in (("h", 3600), ("m", 60)):
+            if s >= size and s % size == 0:
+                return f"{int(s // size)}{unit}"
+        return f"{s:g}s"
+    for unit, size in (("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s / size:.1f}{unit}"
+    return f"{s:.1f}s"

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from jupyter_pause.cli import parse_age
-from jupyter_pause.units import format_bytes, parse_duration
+from jupyter_pause.cli.policy import parse_age
+from jupyter_pause.units import format_bytes, format_duration, parse_duration
 
 
 @pytest.mark.parametrize("n, text", [
@@ -34,3 +34,14 @@ def test_bad_durations_are_one_line_errors_and_the_cli_says_so():
         with pytest.raises(argparse.ArgumentTypeError):
             parse_age(bad)
     assert parse_age(None) is None and parse_age("12h") == 12 * 3600
+
+
+@pytest.mark.parametrize("seconds, text, exact", [
+    (None, "-", "-"), (2, "2.0s", "2s"), (90, "1.5m", "90s"), (900, "15.0m", "15m"),
+    (5400, "1.5h", "90m"), (3600, "1.0h", "1h"), (0, "0.0s", "0s"),
+])
+def test_format_duration(seconds, text, exact):
+    assert format_duration(seconds) == text
+    assert format_duration(seconds, exact=True) == exact
+    if seconds is not None:
+        assert parse_duration(format_duration(seconds, exact=True)) == seconds

@@ -49,6 +49,8 @@ class Profile:
 
 @dataclass
 class KernelView:
+    """One kernel as the idle rules see it."""
+
     id: str
     execution_state: str = "idle"
     last_activity: float | None = None  # epoch seconds
@@ -58,6 +60,8 @@ class KernelView:
 
 @dataclass
 class Observation:
+    """The workspace at one tick: kernels, connected clients, terminals."""
+
     kernels: list[KernelView] = field(default_factory=list)
     connections: int = 0  # connected clients (kernel websockets)
     terminal_last_activity: float | None = None
@@ -74,6 +78,8 @@ class Observation:
 
 @dataclass
 class Verdict:
+    """Whether the workspace is idle, since when, and every reason it is not."""
+
     idle: bool
     since: float  # when the idle clock started (last counted activity or the baseline)
     idle_for: float
@@ -116,6 +122,8 @@ def evaluate(obs: Observation, profile: Profile, now: float, baseline: float) ->
 
 @dataclass
 class Decision:
+    """What the auto-pauser does after one tick."""
+
     kind: Literal["none", "announce", "cancel", "fire"]
     reason: str = ""
     deadline: float | None = None

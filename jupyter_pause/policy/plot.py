@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from .whatif import format_duration
+from ..units import format_duration
 
 
 class PlotUnavailable(RuntimeError):
-    pass
+    """--plot was asked for and matplotlib is not installed."""
 
 
 def _pyplot():
@@ -49,7 +49,7 @@ def write_plot(path: str, report: dict | None, whatif: dict | None) -> str:
     if whatif is not None:
         ax = axes[0][i]
         rows = whatif["thresholds"]
-        labels = [format_duration(r["threshold_s"]) for r in rows]
+        labels = [format_duration(r["threshold_s"], exact=True) for r in rows]
         xs = list(range(len(rows)))
         bars = ax.bar(xs, [r["released_h"] for r in rows], color="#1f77b4", label="released")
         ax.axhline(whatif["upper_bound_h"], color="black", linestyle="--",

@@ -51,6 +51,8 @@ DEFAULT_RULES: list[dict[str, Any]] = [
 
 @dataclass
 class Workload:
+    """What the pod says about itself: GPUs, image, labels."""
+
     gpu_count: int = 0
     image: str = ""
     labels: dict[str, str] = field(default_factory=dict)

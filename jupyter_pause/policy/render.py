@@ -2,19 +2,8 @@
 
 from __future__ import annotations
 
-from ..units import format_bytes
-from .journal import iso
-from .whatif import format_duration
-
-
-def _fmt_s(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if v >= 3600:
-        return f"{v / 3600:.1f}h"
-    if v >= 60:
-        return f"{v / 60:.1f}m"
-    return f"{v:.1f}s"
+from ..journal import iso
+from ..units import format_bytes, format_duration
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -27,7 +16,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def _dist(d: dict) -> str:
     if not d["n"]:
         return "-"
-    return f"{_fmt_s(d['p50'])}/{_fmt_s(d['p90'])}/{_fmt_s(d['max'])}"
+    return "/".join(format_duration(d[k]) for k in ("p50", "p90", "max"))
 
 
 def render_report(report: dict) -> str:
@@ -85,8 +74,9 @@ def render_whatif(w: dict) -> str:
         (f"What-if over {iso(w['window']['start'])} .. {iso(w['window']['end'])}: "
          f"{w['allocated_h']:.1f} h allocated, {w['used_h']:.1f} h used, "
          f"at most {w['upper_bound_h']:.1f} h can be released"),
-        (f"capture {_fmt_s(w['capture_s'])} per pause, restore {_fmt_s(w['restore_s'])} per "
-         f"restart ({w.get('costs_source', 'flags')})"),
+        (f"capture {format_duration(w['capture_s'])} per pause, "
+         f"restore {format_duration(w['restore_s'])} per restart "
+         f"({w.get('costs_source', 'flags')})"),
     ]
     header = ["idle after", "pauses", "restarts", "released h", "held h", "of max",
               "capture h", "waiting h"]
@@ -94,7 +84,8 @@ def render_whatif(w: dict) -> str:
         header.append("saved")
     rows = []
     for r in w["thresholds"]:
-        row = [format_duration(r["threshold_s"]), str(r["pauses"]), str(r["restarts"]),
+        row = [format_duration(r["threshold_s"], exact=True), str(r["pauses"]),
+               str(r["restarts"]),
                f"{r['released_h']:.2f}", f"{r['held_h']:.2f}",
                f"{100 * r['share_of_upper_bound']:.0f}%", f"{r['capture_h']:.2f}",
                f"{r['restore_wait_h']:.2f}"]

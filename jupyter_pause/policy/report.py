@@ -26,17 +26,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .journal import Event, Journal, by_flight, iso
+from ..journal import FLIGHT_REQUESTS, Event, History, by_flight, iso
 from .stats import distribution, hours
 
 PERIODS = ("day", "week", "all")
-_REQUESTS = {"pause_requested": "pause", "resume_requested": "resume",
-             "shutdown_requested": "stop"}
-_COMPUTE_BACK = ("pod_scheduled", "verified", "restored", "kernel_usable", "first_cell_ran", "ready")
+COMPUTE_BACK = ("pod_scheduled", "verified", "restored", "kernel_usable", "first_cell_ran", "ready")
 
 
 @dataclass
 class Flight:
+    """One pause, resume or server stop as the journal tells it."""
+
     id: str
     kind: str  # "pause" | "resume" | "stop"
     requested: float
@@ -84,7 +84,7 @@ class Flight:
         scheduled = self.at("pod_scheduled")
         if scheduled is not None:
             return scheduled
-        if any(n in self.events for n in _COMPUTE_BACK):
+        if any(n in self.events for n in COMPUTE_BACK):
             return self.requested
         if self.failed is not None:
             return None  # never got compute back
@@ -120,9 +120,9 @@ def flights(events: list[Event]) -> list[Flight]:
     out: list[Flight] = []
     for fid, evs in by_flight(events):
         kind = next((e.kind for e in evs if e.kind in ("pause", "resume", "stop")), None)
-        req = next((e for e in evs if e.event in _REQUESTS), None)
+        req = next((e for e in evs if e.event in FLIGHT_REQUESTS), None)
         if kind is None and req is not None:
-            kind = _REQUESTS[req.event]
+            kind = FLIGHT_REQUESTS[req.event]
         if kind is None:
             continue
         f = Flight(id=fid, kind=kind, requested=(req or evs[0]).at,
@@ -206,16 +206,6 @@ def _resume_stats(fl: list[Flight]) -> dict:
         "by_trigger": dict(Counter(f.trigger or "unknown" for f in resumes)),
         "failed_by_reason": dict(Counter(f.fail_reason for f in resumes if f.outcome == "failed")),
     }
-
-
-STOP_TRIGGERS = {"signal": "stop signal", "api": "shutdown API", "idle": "idle shutdown",
-                 "culler": "culler"}
-
-
-def trigger_text(trigger: str | None, hub: bool = False) -> str:
-    """How a server stop was asked for, in words (status, report, CLI)."""
-    text = STOP_TRIGGERS.get(str(trigger), str(trigger or "unknown"))
-    return f"{text}, JupyterHub" if hub else text
 
 
 def _not_saved_reason(reason: str) -> str:
@@ -306,7 +296,7 @@ def _section(fl: list[Flight], held, released, s: float, e: float) -> dict:
     }
 
 
-def build_report(journal: Journal, *, period: str = "day", since: float | None = None,
+def build_report(journal: History, *, period: str = "day", since: float | None = None,
                  until: float | None = None, accelerators: float = 1.0) -> dict[str, Any]:
     """The report as a JSON-ready dict: ``{"window", "totals", "periods": [...]}``.
 

@@ -18,7 +18,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from .journal import Journal, parse_time
+from ..journal import History, parse_time
 from .report import flights
 from .stats import clip, hours, merge_intervals, quantile, total
 
@@ -27,6 +27,8 @@ DEFAULT_THRESHOLDS = (15 * 60.0, 3600.0, 4 * 3600.0)
 
 @dataclass
 class Trace:
+    """The window the accelerator was allocated and when it was used."""
+
     start: float
     end: float
     busy: list[tuple[float, float]]  # merged, clipped to [start, end)
@@ -115,7 +117,7 @@ def read_trace(path: str, *, start: float | None = None, end: float | None = Non
                       end if end is not None else w_end)
 
 
-def trace_from_journal(journal: Journal, *, start: float | None = None, end: float | None = None,
+def trace_from_journal(journal: History, *, start: float | None = None, end: float | None = None,
                        granularity_s: float = 60.0) -> Trace:
     """Busy intervals from the journal's ``activity`` events (coalesced, at most one a minute).
 
@@ -139,7 +141,7 @@ def trace_from_journal(journal: Journal, *, start: float | None = None, end: flo
     return make_trace(busy, start, end)
 
 
-def measured_costs(journal: Journal | None) -> dict:
+def measured_costs(journal: History | None) -> dict:
     """Median capture (time to pause) and restore (time to resume) from the journal."""
     fl = flights(journal.events) if journal else []
     tp = [f.time_to_pause for f in fl if f.kind == "pause" and f.time_to_pause is not None]
@@ -195,10 +197,3 @@ def simulate(trace: Trace, thresholds: list[float], *, capture_s: float = 0.0,
         "thresholds": rows,
     }
 
-
-def format_duration(seconds: float) -> str:
-    if seconds % 3600 == 0 and seconds >= 3600:
-        return f"{int(seconds // 3600)}h"
-    if seconds % 60 == 0 and seconds >= 60:
-        return f"{int(seconds // 60)}m"
-    return f"{seconds:g}s"

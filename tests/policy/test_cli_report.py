@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from jupyter_pause.cli_policy import main
+from jupyter_pause.cli import main
 
 HERE = os.path.dirname(__file__)
 J = os.path.join(HERE, "fixtures", "journal_two_days.jsonl")

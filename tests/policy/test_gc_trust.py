@@ -10,7 +10,7 @@ import pytest
 
 from jupyter_pause.checkpoint import load_or_create_key, open_store, write
 from jupyter_pause.checkpoint.store import stream_slug
-from jupyter_pause.cli_policy import main as cli_main
+from jupyter_pause.cli import main as cli_main
 from jupyter_pause.policy.gc import GCError, render, run_gc
 
 

@@ -17,7 +17,7 @@ import os
 
 import pytest
 
-from jupyter_pause.policy.journal import parse_time, read_journal
+from jupyter_pause.journal import parse_time, read_journal
 from jupyter_pause.policy.render import render_report
 from jupyter_pause.policy.report import build_report
 

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from jupyter_pause.cli_policy import main as cli_main
+from jupyter_pause.cli import main as cli_main
 from jupyter_pause.policy import validate as v
 
 pytestmark = pytest.mark.timeout(180)

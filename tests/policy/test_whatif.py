@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from jupyter_pause.policy.journal import parse_lines, parse_time
+from jupyter_pause.journal import parse_lines, parse_time
 from jupyter_pause.policy.render import render_whatif
 from jupyter_pause.policy.whatif import (
     make_trace,

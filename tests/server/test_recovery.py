@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from jupyter_pause.server.journal import utcnow_iso
+from jupyter_pause.journal import utcnow_iso
 from jupyter_pause.server.lifecycle import Lifecycle
 
 pytestmark = pytest.mark.timeout(180)

@@ -10,7 +10,7 @@ import stat
 import pytest
 from jupyter_server.auth.authorizer import Authorizer
 
-from jupyter_pause.server.journal import Journal, make_private_dir, secure_tree
+from jupyter_pause.journal import Journal, make_private_dir, secure_tree
 
 pytestmark = [pytest.mark.timeout(180),
               pytest.mark.skipif(os.name == "nt", reason="POSIX permission bits")]

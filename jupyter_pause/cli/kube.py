@@ -1,8 +1,10 @@
-"""Kubernetes subcommands: `jupyter pause resume --namespace NS WORKSPACE` and `jupyter pause doctor`.
+"""Kubernetes commands: ``doctor``, ``snapshots``, and ``resume --namespace NS WORKSPACE``.
 
-`resume` without --namespace/WORKSPACE still asks the local Jupyter server (cli.py); with them it
-resumes the workspace from outside its pod (jupyter_pause.cluster.resume) and shows the state while
-it waits for capacity. `snapshots` lists or cleans a workspace's pod snapshots in the safe order.
+``resume`` with --namespace/WORKSPACE resumes the workspace from outside its pod
+(jupyter_pause.cluster.resume) and shows the state while it waits for capacity; without them it
+asks the local Jupyter server (:mod:`jupyter_pause.cli.workspace`). ``snapshots`` lists or cleans
+a workspace's pod snapshots in the safe order. The Kubernetes client is imported by each command:
+it is an optional dependency and slow to import.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import os
 import sys
 from typing import Any
 
-EXIT_OK, EXIT_FAIL = 0, 1
+from .config import pause_app
+from .exits import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 
 _STATE_TEXT = {
     "resuming": "resuming",
@@ -33,14 +36,19 @@ _STATE_TEXT = {
 
 
 def _kube(args: argparse.Namespace) -> Any:
-    from .cluster.kube import Kube, load_api_client
+    from ..cluster.kube import Kube, load_api_client
 
     return Kube(load_api_client(getattr(args, "kubeconfig", None), getattr(args, "context", None)))
 
 
-def cmd_kube_resume(args: argparse.Namespace) -> int:
-    from .cluster.kube import KubeError
-    from .cluster.resume import resume_workspace
+def cmd_resume(args: argparse.Namespace) -> int:
+    """``resume --namespace NS WORKSPACE``: from outside the pod, through the cluster."""
+    from ..cluster.kube import KubeError
+    from ..cluster.resume import resume_workspace
+
+    if not (args.namespace and args.workspace):
+        print("jupyter pause: resume needs both --namespace NS and WORKSPACE", file=sys.stderr)
+        return EXIT_USAGE
 
     def show(update: dict) -> None:
         if args.json:
@@ -71,8 +79,8 @@ def cmd_kube_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .cluster.doctor import MISSING, Check, format_table, run_checks
-    from .cluster.kube import own_pod_identity
+    from ..cluster.doctor import MISSING, Check, format_table, run_checks
+    from ..cluster.kube import own_pod_identity
 
     name, ns = own_pod_identity()
     name, ns = args.pod or name, args.namespace or ns
@@ -97,15 +105,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def store_check() -> Any:
     """The checkpoint store the server would use, and the credentials it is opened with
     (each ecosystem's default chain: nothing is configured by jupyter-pause)."""
-    from .checkpoint.credentials import describe_credentials
-    from .checkpoint.store import default_store_url
-    from .cluster.doctor import OK, WARN, Check, load_server_config
+    from ..checkpoint.credentials import describe_credentials
+    from ..checkpoint.store import default_store_url
+    from ..cluster.doctor import OK, WARN, Check
 
     url = os.environ.get("JUPYTER_PAUSE_STORE_URL", "")
     if not url:
         try:
-            config, _ = load_server_config()
-            url = str(config.get("PauseApp", {}).get("store_url", "") or "")
+            url = pause_app().store_url
         except Exception:  # noqa: BLE001 (reported by the "server config" check)
             url = ""
     url = url or default_store_url()
@@ -117,9 +124,9 @@ def store_check() -> Any:
 
 
 def cmd_snapshots(args: argparse.Namespace) -> int:
-    from .cluster.cleanup import collect_garbage
-    from .cluster.gke import dns_name
-    from .cluster.kube import KubeError
+    from ..cluster.cleanup import collect_garbage
+    from ..cluster.kube import KubeError
+    from ..cluster.snapshots import dns_name
 
     try:
         out = asyncio.run(collect_garbage(
@@ -142,39 +149,28 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
     return EXIT_FAIL if out["stuck"] else EXIT_OK
 
 
+# ---------------------------------------------------------------------- parser
+
+
 def _kube_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster "
                    "service account, else KUBECONFIG or ~/.kube/config)")
     p.add_argument("--context", default=None, help="kubeconfig context")
 
 
-def register(subparsers: Any) -> None:
-    resume = subparsers.choices.get("resume")
-    if resume is None:
-        resume = subparsers.add_parser("resume", help="resume a paused workspace")
-        resume.add_argument("--wait", action="store_true")
-        resume.add_argument("--timeout", type=float, default=3600.0)
-        resume.add_argument("--json", action="store_true")
+def add_resume_arguments(resume: argparse.ArgumentParser) -> None:
+    """The out-of-pod arguments of ``resume`` (the command itself is the workspace module's)."""
     resume.add_argument("workspace", nargs="?", default=None,
                         help="Kubeflow Workspace, StatefulSet or pod to resume from outside it "
                         "(with --namespace)")
     resume.add_argument("--namespace", "-n", default=None, help="the workspace's namespace")
     resume.add_argument("--poll", type=float, default=1.0, help=argparse.SUPPRESS)
     _kube_options(resume)
-    local = resume.get_default("func")
 
-    def dispatch(args: argparse.Namespace) -> int:
-        if args.namespace or args.workspace:
-            if not (args.namespace and args.workspace):
-                print("jupyter pause: resume needs both --namespace NS and WORKSPACE",
-                      file=sys.stderr)
-                return 2
-            return cmd_kube_resume(args)
-        return local(args) if local else 2
 
-    resume.set_defaults(func=dispatch)
-
-    p = subparsers.add_parser("doctor", help="check what a pod-snapshot pause needs, in the pod")
+def register(sub: Any) -> None:
+    """Add doctor and snapshots to the ``jupyter pause`` subparsers."""
+    p = sub.add_parser("doctor", help="check what a pod-snapshot pause needs, in the pod")
     p.add_argument("--backend", choices=["gke", "kubeflow"], default="gke")
     p.add_argument("--namespace", "-n", default=None, help="default: POD_NAMESPACE")
     p.add_argument("--pod", default=None, help="default: POD_NAME or the hostname")
@@ -185,8 +181,8 @@ def register(subparsers: Any) -> None:
     _kube_options(p)
     p.set_defaults(func=cmd_doctor)
 
-    p = subparsers.add_parser("snapshots", help="clean a workspace's pod snapshots (snapshots, "
-                              "then triggers, the policy last)")
+    p = sub.add_parser("snapshots", help="clean a workspace's pod snapshots (snapshots, "
+                       "then triggers, the policy last)")
     p.add_argument("workspace", help="the workspace label value (jupyter-pause.io/workspace)")
     p.add_argument("--namespace", "-n", required=True)
     p.add_argument("--keep", type=int, default=1, help="Ready snapshots kept (newest first)")

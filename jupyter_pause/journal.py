@@ -1,9 +1,15 @@
 """The lifecycle's durable record: ``state.json`` (atomic snapshot) + ``journal.jsonl`` (append-only).
 
+The server writes both (:class:`Journal`); the policy tools read the journal for reports
+(:func:`read_journal`) and, like the kernel side, read ``state.json`` through
+:mod:`jupyter_pause.statefile`. Standard library only, so every layer can import it.
+
 Every line of the journal carries a sequence number and state.json records the last one it
 reflects, so a crash between the two writes is repaired on start by replaying the newer lines.
 Both files live on the persistent volume so the history survives the pod going away.
-All methods here block (fsync): the Lifecycle calls them from one worker thread, in order.
+The writer's methods block (fsync): the server calls them from one worker thread, in order.
+A reader skips a torn last line (a crash mid-write) and any line that is not an event, and
+counts them instead of failing.
 
 The journal holds cell sources (provenance in reports), so everything under the state directory
 is private to the user: folders 0700 and files 0600 whatever the umask, and too-open modes found
@@ -17,31 +23,76 @@ import logging
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..statefile import STATE_FILE
+from .statefile import STATE_FILE, read_state
 
 JOURNAL_FILE = "journal.jsonl"
 _log = logging.getLogger(__name__)
 
-# The event names other components read (contract §4); the policy report reads only these.
+# The request that opens a flight, by flight kind.
+FLIGHT_REQUESTS = {"pause_requested": "pause", "resume_requested": "resume",
+                   "shutdown_requested": "stop"}
+# Every event the journal may hold (the contract other components read); the writer refuses
+# any other name, so a report never meets an event it does not know.
 EVENTS = frozenset({
-    "activity", "pause_requested", "checkpoint_written", "snapshot_ready", "accelerator_released",
-    "paused", "resume_requested", "waiting_for_capacity", "pod_scheduled", "verified", "restored",
-    "kernel_usable", "first_cell_ran", "ready", "failed", "auto_pause_announced",
-    "auto_pause_cancelled", "recomputed",
+    *FLIGHT_REQUESTS, "activity",
+    # pause
+    "checkpoint_written", "snapshot_ready", "accelerator_released", "paused",
+    # resume
+    "waiting_for_capacity", "pod_scheduled", "verified", "restored", "kernel_usable",
+    "first_cell_ran", "ready",
+    # server stop
+    "stop_checkpoint_written", "stopped", "restored_after_stop",
+    # any flight
+    "failed",
+    # outside flights
+    "auto_pause_announced", "auto_pause_cancelled", "recomputed",
 })
 
 
+# ---------------------------------------------------------------------- time
+
+
+def parse_time(value: Any) -> float:
+    """ISO-8601 (``Z`` or offset; naive means UTC) or epoch seconds -> epoch seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"not a timestamp: {value!r}")
+    text = value.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    dt = datetime.fromisoformat(text)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def parse_iso(value: Any) -> datetime:
+    """:func:`parse_time` as an aware UTC datetime (for arithmetic with ``datetime.now``)."""
+    return datetime.fromtimestamp(parse_time(value), tz=timezone.utc)
+
+
+def iso(ts: float) -> str:
+    """Epoch seconds -> ISO-8601 UTC with ``Z``."""
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
 def utcnow_iso() -> str:
+    """Now, as the journal's ``at`` (milliseconds, ``Z``)."""
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def parse_iso(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+# ---------------------------------------------------------------------- private files
 
 
 def make_private_dir(path: str | os.PathLike[str]) -> None:
@@ -111,7 +162,12 @@ def secure_tree(root: str | os.PathLike[str], log: logging.Logger | None = None)
     return fixed
 
 
+# ---------------------------------------------------------------------- the writer
+
+
 class Journal:
+    """The server's writer of the state directory: journal lines and the state snapshot."""
+
     def __init__(self, state_dir: str | os.PathLike[str], log: logging.Logger | None = None):
         self.dir = Path(state_dir)
         self.state_path = self.dir / STATE_FILE
@@ -133,6 +189,8 @@ class Journal:
 
     def append(self, entry: dict[str, Any]) -> dict[str, Any]:
         """Make the entry (numbered by ``next_seq()``) durable before returning."""
+        if entry.get("event") not in EVENTS:
+            raise ValueError(f"not a journal event: {entry.get('event')!r}")
         line = json.dumps(entry, separators=(",", ":"), default=str) + "\n"
         fd = open_private(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         with open(fd, "a", encoding="utf-8") as f:
@@ -155,12 +213,7 @@ class Journal:
                     yield entry
 
     def load_state(self) -> dict[str, Any] | None:
-        try:
-            with open(self.state_path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (FileNotFoundError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+        return read_state(self.dir)
 
     def save_state(self, state: dict[str, Any]) -> None:
         """temp file + fsync + rename + directory fsync: readers see the old or the new file."""
@@ -182,3 +235,83 @@ class Journal:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+# ---------------------------------------------------------------------- the reader
+
+
+@dataclass(frozen=True)
+class Event:
+    """One journal line as reports read it."""
+
+    at: float  # epoch seconds, UTC
+    event: str
+    flight: str | None = None
+    kind: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.fields.get(name, default)
+
+
+@dataclass
+class History:
+    """The events of a journal file, oldest first, and how many lines were not events."""
+
+    events: list[Event]
+    skipped_lines: int = 0
+    path: str | None = None
+
+
+def _parse_line(line: str) -> Event | None:
+    try:
+        obj = json.loads(line)
+        if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
+            return None
+        at = parse_time(obj.get("at"))
+    except (ValueError, TypeError):
+        return None
+    rest = {k: v for k, v in obj.items() if k not in ("at", "event", "flight", "kind")}
+    return Event(at=at, event=obj["event"], flight=obj.get("flight"), kind=obj.get("kind"),
+                 fields=rest)
+
+
+def parse_lines(lines: Iterable[str]) -> History:
+    """Journal lines -> events; a line that is not a JSON object with ``at`` and ``event`` is
+    counted in ``skipped_lines``."""
+    events: list[Event] = []
+    skipped = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        ev = _parse_line(line)
+        if ev is None:
+            skipped += 1
+        else:
+            events.append(ev)
+    # Stable sort: the file is already in order; this only guards against clock steps.
+    events.sort(key=lambda e: e.at)
+    return History(events=events, skipped_lines=skipped)
+
+
+def journal_path(state_dir: str | os.PathLike[str]) -> str:
+    return os.path.join(state_dir, JOURNAL_FILE)
+
+
+def read_journal(path: str) -> History:
+    """Read a journal file; a missing file is an empty history."""
+    if not os.path.exists(path):
+        return History(events=[], path=path)
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        history = parse_lines(fh)
+    history.path = path
+    return history
+
+
+def by_flight(events: Iterable[Event]) -> Iterator[tuple[str, list[Event]]]:
+    """Group events by flight id, in order of each flight's first event."""
+    groups: dict[str, list[Event]] = {}
+    for ev in events:
+        if ev.flight:
+            groups.setdefault(ev.flight, []).append(ev)
+    yield from groups.items()
