@@ -13,9 +13,11 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, kwds, magic_arguments
 from IPython.display import display
 
 from ..units import format_bytes
+from ..variables import as_row, summary
 from . import args, liveness, namespace, ops, provenance, server_api
 from .progress import NotebookProgress
 from .report import Report
@@ -48,23 +50,29 @@ def _one_line_errors(name: str) -> Callable:
     return wrap
 
 
-def _summary(rows: list[dict[str, Any]]) -> str:
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    order = ["saved", "restored", "recomputed", "live", "skipped", "stale", "failed"]
-    parts = [f"{counts[s]} {s}" for s in order if counts.get(s)]
-    parts += [f"{n} {s}" for s, n in counts.items() if s not in order]
-    return ", ".join(parts) or "no variables"
+_NAMES = {"metavar": "NAMES", "type": args.names, "nargs": "+", "action": "extend"}
+_DEVICE = {"default": "auto", "type": args.device}
 
 
 @magics_class
 class PauseMagics(Magics):
+    """The magics of ``%load_ext jupyter_pause``."""
+
     @line_magic
     @_one_line_errors("checkpoint")
+    @magic_arguments()
+    @kwds(add_help=True)
+    @argument("--to", metavar="PATH_OR_URL", dest="store",
+              help="checkpoint store: a directory or an fsspec URL (default: the configured store)")
+    @argument("--include", help="only these variables (comma or space separated)", **_NAMES)
+    @argument("--exclude", help="leave these variables out", **_NAMES)
+    @argument("--max-size", metavar="SIZE", type=args.size,
+              help="skip variables larger than SIZE (e.g. 500M, 2G)")
+    @argument("--stream", help="checkpoint lineage (default: this notebook's path)")
+    @argument("--keep", type=int, metavar="N", help="keep the last N checkpoints (default 5)")
     def checkpoint(self, line: str = "") -> None:
-        """%checkpoint [--to PATH_OR_URL] [--include NAMES] [--exclude NAMES] [--max-size SIZE]"""
-        opts = args.parse(args.checkpoint_parser(), line)
+        """Write a checkpoint of this kernel's variables."""
+        opts = args.parse(self.checkpoint, line)
         stream = opts.stream or namespace.default_stream()
         bar = NotebookProgress("Checkpointing")
         try:
@@ -84,26 +92,36 @@ class PauseMagics(Magics):
         except BaseException:
             bar.finish("Checkpoint failed; the previous checkpoint is unchanged.")
             raise
-        rows = Report("", res.variables).rows
+        rows = [as_row(v) for v in res.variables]
         bar.finish(
             f"Checkpoint written in {bar.elapsed():.1f} s: "
             f"{format_bytes(res.bytes_written)} written, {format_bytes(res.bytes_total)} in total."
         )
         notes = []
-        if any(r["status"] in ("skipped", "stale") and r["recomputable"] for r in rows):
+        if any(r["recomputable"] for r in rows):  # skipped or stale, with a recorded cell
             notes.append(
                 "Skipped variables can be rebuilt after a restore with "
                 "%restore --recompute (re-runs the cells that defined them)."
             )
         display(
-            Report(f"Checkpoint {res.checkpoint_id} of {stream}: {_summary(rows)}", rows, notes)
+            Report(f"Checkpoint {res.checkpoint_id} of {stream}: {summary(rows)}", rows, notes)
         )
 
     @line_magic
     @_one_line_errors("restore")
+    @magic_arguments()
+    @kwds(add_help=True)
+    @argument("--from", metavar="PATH_OR_URL", dest="store",
+              help="checkpoint store: a directory or an fsspec URL")
+    @argument("--device", help="where tensors go: auto, cpu or cuda:N (default auto)", **_DEVICE)
+    @argument("--only", help="restore only these variables", **_NAMES)
+    @argument("--recompute", action="store_true",
+              help="re-run the recorded cells of variables that could not be stored")
+    @argument("--id", dest="checkpoint_id", help="a checkpoint id (default: the latest)")
+    @argument("--stream", help="checkpoint lineage (default: this notebook's path)")
     def restore(self, line: str = "") -> None:
-        """%restore [--from PATH_OR_URL] [--device auto|cpu|cuda:N] [--only NAMES] [--recompute]"""
-        opts = args.parse(args.restore_parser(), line)
+        """Restore variables from the latest (or a given) checkpoint."""
+        opts = args.parse(self.restore, line)
         self._restore(
             opts.store,
             opts.stream,
@@ -157,15 +175,20 @@ class PauseMagics(Magics):
                 "cells that defined them."
             )
         display(
-            Report(f"{title_prefix} {out.checkpoint_id} of {stream}: {_summary(rows)}", rows, notes)
+            Report(f"{title_prefix} {out.checkpoint_id} of {stream}: {summary(rows)}", rows, notes)
         )
         return out
 
     @line_magic
     @_one_line_errors("pause")
+    @magic_arguments()
+    @kwds(add_help=True)
+    @args.exclusive()
+    @argument("--never", action="store_true", help="never pause this kernel automatically")
+    @argument("--allow", action="store_true", help="allow pausing this kernel again")
     def pause(self, line: str = "") -> None:
-        """%pause [--never | --allow]: pause the workspace through the Jupyter server."""
-        opts = args.parse(args.pause_parser(), line)
+        """Pause this workspace (checkpoint, then free the accelerator)."""
+        opts = args.parse(self.pause, line)
         if opts.never or opts.allow:
             liveness.set_never_pause(opts.never)
             print(
@@ -191,9 +214,13 @@ class PauseMagics(Magics):
 
     @line_magic
     @_one_line_errors("resume")
+    @magic_arguments()
+    @kwds(add_help=True)
+    @argument("--device", **_DEVICE)
+    @argument("--recompute", action="store_true")
     def resume(self, line: str = "") -> None:
-        """%resume: resume the workspace; a fresh kernel restores its state from the checkpoint."""
-        opts = args.parse(args.resume_parser(), line)
+        """Resume the workspace; restores this kernel if it is a fresh one."""
+        opts = args.parse(self.resume, line)
         server = server_api.find_server()
         if liveness.token() is not None:
             server_api.request(server, "POST", "resume", {"trigger": "magic"})

@@ -13,14 +13,16 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from .. import checkpoint as cp
+from ..checkpoint.pickling import take_load_notes
 from ..statefile import protected_ids
+from ..variables import as_row, is_recomputable, row, set_status
 from . import liveness, namespace, provenance
-from .report import apply_load_notes, variable_dict
+from .report import apply_load_notes
 
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int], None]
-_RECOMPUTABLE = ("skipped", "stale", "failed")
 _GONE = object()
 PENDING_KEY = "not_restored"  # manifest meta: variables still missing since an earlier restore
 
@@ -35,63 +37,24 @@ def one_line(exc: BaseException) -> str:
         text = exc.strerror + (f": {exc.filename}" if exc.filename else "")
     else:
         text = str(exc) or type(exc).__name__
-        if not _is_checkpoint_error(exc) and not isinstance(exc, OpError):
+        if not isinstance(exc, (cp.CheckpointError, OpError)):
             text = f"{type(exc).__name__}: {text}"
     text = " ".join(text.split())  # one line, whatever the exception's text looked like
     return text if len(text) <= 400 else text[:397] + "..."
 
 
-def _is_checkpoint_error(exc: BaseException) -> bool:
-    try:
-        from jupyter_pause.checkpoint import CheckpointError
-    except ImportError:
-        return False
-    return isinstance(exc, CheckpointError)
-
-
-def _api() -> Any:
-    try:
-        from jupyter_pause import checkpoint as cp
-    except ImportError as e:  # pragma: no cover - broken install
-        raise OpError(f"the checkpoint engine cannot be imported ({e})") from e
-    missing = [
-        n for n in ("write", "read", "open_store", "load_or_create_key") if not hasattr(cp, n)
-    ]
-    if missing:
-        raise OpError(f"the checkpoint engine is not available (missing {', '.join(missing)})")
-    return cp
-
-
 # One change-detection cache per kernel process and store: a cache says "unchanged, reuse blob X",
 # which is only true for the store X was written to.
-_caches: dict[str, Any] = {}
+_caches: dict[str, cp.WriteCache] = {}
 _caches_lock = threading.Lock()
 
 
-def _cache_for(cp: Any, store_url: str | None) -> Any:
-    factory = getattr(cp, "WriteCache", None)
-    if factory is None:
-        return None
+def _cache_for(store_url: str | None) -> cp.WriteCache:
+    key = store_url or ""
     with _caches_lock:
-        key = store_url or ""
         if key not in _caches:
-            _caches[key] = factory()
+            _caches[key] = cp.WriteCache()
         return _caches[key]
-
-
-def _load_notes() -> Callable[[], Mapping[str, list[str]]]:
-    """What the engine noted as not fully restored, per variable (empty for engines without)."""
-    try:
-        from jupyter_pause.checkpoint.pickling import take_load_notes
-    except ImportError:  # pragma: no cover - broken install
-        return dict
-    return take_load_notes
-
-
-def _manifest_field(manifest: Any, name: str, default: Any = None) -> Any:
-    if isinstance(manifest, Mapping):
-        return manifest.get(name, default)
-    return getattr(manifest, name, default)
 
 
 def protected_checkpoints() -> set[str]:
@@ -125,7 +88,6 @@ def do_checkpoint(
 ) -> Any:
     """Write a checkpoint of the user's variables; returns the engine's ``WriteResult``.
     ``unit_timeout``: seconds one variable may take to serialize before it is skipped."""
-    cp = _api()
     prov = provenance.install(ip)
     ns = namespace.user_variables(ip)
     include = list(include) if include is not None else None
@@ -158,7 +120,7 @@ def do_checkpoint(
         liveness={"token": token, "pid": os.getpid()},
         meta=full_meta,
         progress=progress,
-        cache=_cache_for(cp, store_url),
+        cache=_cache_for(store_url),
         **kwargs,
     )
 
@@ -168,8 +130,8 @@ class Restored:
 
     def __init__(self, rr: Any, modules: list[str], missing_modules: list[str]) -> None:
         self.result = rr
-        self.checkpoint_id = _manifest_field(rr.manifest, "id")
-        self.variables = [variable_dict(v) for v in rr.variables]
+        self.checkpoint_id = rr.manifest.id
+        self.variables: list[dict[str, Any]] = [as_row(v) for v in rr.variables]
         self.warnings = list(getattr(rr, "warnings", []) or [])
         self.modules = modules
         if missing_modules:
@@ -194,12 +156,10 @@ def do_restore(
 ) -> Restored:
     """Read a checkpoint, then (and only then) merge its values into ``user_ns``."""
     global last_restored_variables
-    cp = _api()
     prov = provenance.install(ip)
     store = cp.open_store(store_url)
     key = cp.load_or_create_key(key_path, store=store)  # refuses to orphan existing checkpoints
-    take_notes = _load_notes()
-    take_notes()  # notes of an earlier, failed read are not this one's
+    take_load_notes()  # notes of an earlier, failed read are not this one's
     rr = cp.read(
         store,
         key=key,
@@ -212,13 +172,13 @@ def do_restore(
     # Everything was read and verified: from here on nothing can fail half-way.
     values = dict(rr.values)
     ip.push(values, interactive=True)
-    meta = _manifest_field(rr.manifest, "meta") or {}
+    meta = rr.manifest.meta or {}
     aliases = meta.get("modules") if isinstance(meta, Mapping) else None
     if only is not None and aliases:
         aliases = {}  # a partial restore brings back what was asked for, nothing else
     modules, missing = namespace.reimport_modules(ip, aliases)
     out = Restored(rr, modules, missing)
-    apply_load_notes(out.variables, take_notes())
+    apply_load_notes(out.variables, take_load_notes())
     _add_pending_rows(out, meta, only)
     if only is not None:
         absent = [n for n in only if n not in {v["name"] for v in out.variables}]
@@ -250,17 +210,9 @@ def _add_pending_rows(out: Restored, meta: Any, only: Iterable[str] | None) -> N
             continue
         if not isinstance(cell, Mapping) or not cell.get("source"):
             continue
-        out.variables.append(
-            {
-                "name": name,
-                "kind": None,
-                "size": None,
-                "status": "skipped",
-                "reason": "not restored since an earlier checkpoint",
-                "cell": {"execution_count": cell.get("execution_count"), "source": cell["source"]},
-                "recomputable": True,
-            }
-        )
+        out.variables.append(row(
+            name, "skipped", "not restored since an earlier checkpoint",
+            cell={"execution_count": cell.get("execution_count"), "source": cell["source"]}))
 
 
 @contextlib.contextmanager
@@ -294,13 +246,13 @@ def recompute(
     wanted = set(names) if names is not None else None
     rows = [dict(v) for v in variables]
     targets_by_cell: dict[tuple[Any, str], list[dict[str, Any]]] = {}
-    for row in rows:
-        cell = row.get("cell")
-        if row.get("status") not in _RECOMPUTABLE or not cell or not cell.get("source"):
+    for r in rows:
+        cell = r.get("cell")
+        if not is_recomputable(r.get("status"), cell):
             continue
-        if wanted is not None and row["name"] not in wanted:
+        if wanted is not None and r["name"] not in wanted:
             continue
-        targets_by_cell.setdefault((cell.get("execution_count"), cell["source"]), []).append(row)
+        targets_by_cell.setdefault((cell.get("execution_count"), cell["source"]), []).append(r)
     prov = provenance.install(ip)
     order = sorted(targets_by_cell, key=lambda k: (k[0] is None, k[0] or 0))
     for key in order:
@@ -321,18 +273,13 @@ def recompute(
             if ns.get(k, _GONE) is not v:
                 ns[k] = v
         cell = {"execution_count": key[0], "source": key[1]}
-        for row in group:
-            name = row["name"]
+        for r in group:
+            name = r["name"]
             if error is None and name in ns:
-                row["status"], row["reason"] = "recomputed", f"re-ran cell [{key[0]}]"
-                row["recomputable"] = False
+                set_status(r, "recomputed", f"re-ran cell [{key[0]}]")
                 prov.adopt({name: cell})
-            else:
-                row["status"] = "failed"
-                row["reason"] = (
-                    f"re-running cell [{key[0]}] failed: {error}"
-                    if error
-                    else f"re-running cell [{key[0]}] did not define it"
-                )
+            else:  # still recomputable: a later try may succeed
+                set_status(r, "failed", f"re-running cell [{key[0]}] failed: {error}" if error
+                           else f"re-running cell [{key[0]}] did not define it")
     liveness.update_restored([r for g in targets_by_cell.values() for r in g])
     return rows

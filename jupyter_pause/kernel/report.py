@@ -4,48 +4,15 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from ..units import format_bytes
+from ..variables import RECOMPUTABLE, as_row, counts, set_status
 
-_STATUS_COLOR = {
-    "saved": "var(--jp-success-color1, #2e7d32)",
-    "restored": "var(--jp-success-color1, #2e7d32)",
-    "recomputed": "var(--jp-success-color1, #2e7d32)",
-    "live": "var(--jp-success-color1, #2e7d32)",
-    "skipped": "var(--jp-warn-color1, #ef6c00)",
-    "stale": "var(--jp-warn-color1, #ef6c00)",
-    "failed": "var(--jp-error-color1, #c62828)",
-}
+_OK, _WARN = "var(--jp-success-color1, #2e7d32)", "var(--jp-warn-color1, #ef6c00)"
+_STATUS_COLOR = {"saved": _OK, "restored": _OK, "recomputed": _OK, "live": _OK,
+                 "skipped": _WARN, "stale": _WARN, "failed": "var(--jp-error-color1, #c62828)"}
 MAX_ROWS = 200  # a namespace of thousands of names should not flood the notebook
-
-
-def variable_dict(v: Any) -> dict[str, Any]:
-    """A VariableReport (dataclass, object or dict) as a plain JSON-able dict."""
-    if isinstance(v, Mapping):
-        d = dict(v)
-    elif is_dataclass(v) and not isinstance(v, type):
-        d = asdict(v)
-    else:
-        d = {k: getattr(v, k, None) for k in ("name", "kind", "size", "status", "reason", "cell")}
-    cell = d.get("cell")
-    if cell is not None and not isinstance(cell, dict):
-        cell = variable_dict(cell) if is_dataclass(cell) else None
-    out = {
-        "name": d.get("name"),
-        "kind": d.get("kind"),
-        "size": d.get("size"),
-        "status": d.get("status"),
-        "reason": d.get("reason"),
-        "cell": cell,
-    }
-    out["recomputable"] = bool(cell and cell.get("source")) and out["status"] in (
-        "skipped",
-        "stale",
-        "failed",
-    )
-    return out
 
 
 def apply_load_notes(rows: list[dict[str, Any]], notes: Mapping[str, list[str]]) -> None:
@@ -55,9 +22,7 @@ def apply_load_notes(rows: list[dict[str, Any]], notes: Mapping[str, list[str]])
     for r in rows:
         lost = notes.get(r["name"]) if r["status"] == "restored" else None
         if lost:
-            r["status"] = "stale"
-            r["reason"] = "; ".join(dict.fromkeys(lost))
-            r["recomputable"] = bool(r.get("cell") and r["cell"].get("source"))
+            set_status(r, "stale", "; ".join(dict.fromkeys(lost)))
 
 
 class Report:
@@ -65,19 +30,16 @@ class Report:
 
     def __init__(self, title: str, variables: Iterable[Any], notes: Iterable[str] = ()) -> None:
         self.title = title
-        self.rows = [variable_dict(v) for v in variables]
+        self.rows = [as_row(v) for v in variables]
         self.notes = [n for n in notes if n]
 
     def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for r in self.rows:
-            out[r["status"]] = out.get(r["status"], 0) + 1
-        return out
+        return counts(self.rows)
 
     @staticmethod
     def _size(r: dict[str, Any]) -> str:
         # Nothing was measured for an object that could not be serialized.
-        if not r.get("size") and r["status"] in ("skipped", "stale", "failed"):
+        if not r.get("size") and r["status"] in RECOMPUTABLE:
             return "-"
         return format_bytes(r.get("size"))
 
@@ -86,7 +48,7 @@ class Report:
         why = r.get("reason") or ""
         cell = r.get("cell")
         if (
-            r["status"] in ("skipped", "stale", "failed")
+            r["status"] in RECOMPUTABLE
             and cell
             and cell.get("execution_count")
             and "cell [" not in why

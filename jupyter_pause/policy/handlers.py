@@ -7,9 +7,7 @@ Routes (under ``<base_url>``; authenticated, XSRF-checked by APIHandler):
   GET  jupyter-pause/api/policy          auto-pause state (profile, idle verdict, countdown)
   POST jupyter-pause/api/policy/cancel   cancel an announced auto-pause (the person is here)
   GET  jupyter-pause/api/report          cost/capacity report (+ what-if with ?whatif=1)
-
-(``POST jupyter-pause/api/gc`` is the server's route; it should call
-``jupyter_pause.policy.gc.run_gc_for_app``.)
+  POST jupyter-pause/api/gc              retention: snapshots, old checkpoints, unused blobs
 
 Reading these is not user activity (``_track_activity = False``), so a UI polling them does not
 keep a workspace "active" for Kubeflow's or JupyterHub's cullers; cancelling is.
@@ -18,19 +16,18 @@ keep a workspace "active" for Kubeflow's or JupyterHub's cullers; cancelling is.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from typing import Any
 
 import tornado.web
 from jupyter_server.auth.decorator import authorized
-from jupyter_server.base.handlers import APIHandler
-from jupyter_server.extension.handler import ExtensionHandlerMixin
 
+from ..journal import journal_path, parse_time, read_journal
 from ..server import validate as v
+from ..server.handlers import API, ApiError, BaseHandler
 from ..units import parse_duration
-from .journal import journal_path, parse_time, read_journal
+from .gc import GCError, run_gc_for_app
 from .monitor import IdleMonitor
 from .report import build_report
 from .whatif import DEFAULT_THRESHOLDS, measured_costs, simulate, trace_from_journal
@@ -38,25 +35,8 @@ from .whatif import DEFAULT_THRESHOLDS, measured_costs, simulate, trace_from_jou
 MONITOR_KEY = "jupyter_pause_idle_monitor"
 
 
-class _Base(ExtensionHandlerMixin, APIHandler):
-    # jupyter_server's authorizer sees reads (GET) and writes (POST/DELETE) of this resource,
-    # so a deployment can grant status to viewers and pause/resume to owners only.
-    auth_resource = "jupyter_pause"
-
-    def _json(self, data: Any, status: int = 200) -> None:
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(data, default=str))
-
-    def _refuse(self, message: str, status: int = 409) -> None:
-        self._json({"message": message}, status)
-
-    async def prepare(self) -> None:
-        await super().prepare()
-        reason = getattr(self.extensionapp, "disabled_reason", None)
-        # Another server holds the state directory: its journal is not this server's report.
-        if reason and self.current_user and not self._finished:
-            self._refuse(f"jupyter_pause is disabled in this server: {reason}", 503)
+class _Base(BaseHandler):
+    """A policy route: the server's handler, with the idle monitor at hand."""
 
     @property
     def monitor(self) -> IdleMonitor | None:
@@ -64,6 +44,8 @@ class _Base(ExtensionHandlerMixin, APIHandler):
 
 
 class PolicyHandler(_Base):
+    """GET policy: the auto-pause state (profile, idle verdict, countdown)."""
+
     _track_activity = False
 
     @tornado.web.authenticated
@@ -71,26 +53,23 @@ class PolicyHandler(_Base):
     async def get(self) -> None:
         mon = self.monitor
         if mon is None:
-            self._json({"enabled": False, "state": "disabled", "profile": None,
+            self.reply({"enabled": False, "state": "disabled", "profile": None,
                         "cancellable": False})
             return
-        self._json(mon.status())
+        self.reply(mon.status())
 
 
 class PolicyCancelHandler(_Base):
+    """POST policy/cancel: cancel an announced auto-pause (the person is here)."""
+
     @tornado.web.authenticated
     @authorized
     async def post(self) -> None:
-        try:
-            v.parse_body(self.request.body, v.EMPTY)
-        except v.BadRequest as e:
-            self._refuse(str(e), 400)
-            return
+        self.body(v.EMPTY)
         mon = self.monitor
         if mon is None or mon.cancel() is None:
-            self._refuse("no auto-pause is announced; nothing to cancel")
-            return
-        self._json(mon.status())
+            raise ApiError(409, "no auto-pause is announced; nothing to cancel")
+        self.reply(mon.status())
 
 
 def _query_time(value: str | None) -> float | None:
@@ -109,8 +88,8 @@ def check_report_args(args: dict[str, str]) -> dict[str, str]:
     if unknown:
         raise ValueError(f"unknown query parameter {unknown[0][:40]!r}")
     for name in ("period", "since", "until", "whatif"):
-        v.query_str(name, args.get(name), v.Field("str", max_len=64))
-    v.query_str("thresholds", args.get("thresholds"), v.Field("str", max_len=1000))
+        v.query_str(name, args.get(name), {"type": "string", "maxLength": 64})
+    v.query_str("thresholds", args.get("thresholds"), {"type": "string", "maxLength": 1000})
     v.query_number("accelerators", args.get("accelerators"), minimum=0, maximum=1e6)
     for name in ("capture_s", "restore_s"):
         v.query_number(name, args.get(name), minimum=0, maximum=_MAX_SECONDS)
@@ -145,6 +124,8 @@ def report_payload(state_dir: str, args: dict[str, str], now: float) -> dict[str
 
 
 class ReportHandler(_Base):
+    """GET report: the cost/capacity report (and the what-if with ``?whatif=1``)."""
+
     _track_activity = False
 
     @tornado.web.authenticated
@@ -157,16 +138,42 @@ class ReportHandler(_Base):
             data = await asyncio.get_running_loop().run_in_executor(
                 None, report_payload, state_dir, args, time.time())
         except ValueError as e:
-            self._refuse(str(e), 400)
-            return
-        self._json(data)
+            raise ApiError(400, str(e)) from None
+        self.reply(data)
+
+
+class GcHandler(BaseHandler):
+    """POST gc: retention. The backend's snapshots, checkpoints beyond ``keep`` per notebook
+    (older than ``older_than`` s), then unreferenced blobs; the current pause's are kept."""
+
+    @tornado.web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.body(v.GC)
+        if self.lifecycle.flight is not None:
+            raise ApiError(409, f"a {self.lifecycle.flight.kind} is in progress; try again "
+                           "after it")
+        # Snapshots, checkpoints, blobs, in an order that orphans nothing, protecting the current
+        # pause's checkpoints (state.json + lifecycle.state).
+        try:
+            # keep None: the configured keep_checkpoints
+            res = await run_gc_for_app(self.extensionapp, keep=body["keep"],
+                                       older_than=body["older_than"],
+                                       dry_run=bool(body["dry_run"]))
+        except (GCError, ValueError) as e:  # a request that makes no sense
+            raise ApiError(400, f"gc refused: {e}") from None
+        except Exception as e:  # one line back to the caller
+            raise ApiError(500, f"gc failed: {e}") from e
+        self.reply(res)
 
 
 def get_handlers(app: Any) -> list[tuple[str, type]]:
+    """The policy routes, and gc (retention lives here, beside the other platform tools)."""
     return [
-        (r"/jupyter-pause/api/policy", PolicyHandler),
-        (r"/jupyter-pause/api/policy/cancel", PolicyCancelHandler),
-        (r"/jupyter-pause/api/report", ReportHandler),
+        (rf"{API}/policy", PolicyHandler),
+        (rf"{API}/policy/cancel", PolicyCancelHandler),
+        (rf"{API}/report", ReportHandler),
+        (rf"{API}/gc", GcHandler),
     ]
 
 

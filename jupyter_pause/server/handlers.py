@@ -1,25 +1,62 @@
-"""REST API under ``<base_url>/jupyter-pause/api/``: every verb authenticated, XSRF by APIHandler."""
+"""REST API under ``<base_url>/jupyter-pause/api/``: every verb authenticated, XSRF by APIHandler.
+
+A refused request raises :class:`ApiError` (an ``HTTPError``); jupyter_server's
+``APIHandler.write_error`` answers it as ``{"message": ...}`` JSON with its status.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
+from collections.abc import Iterator
 from typing import Any
 
-import tornado
+import tornado.web
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 
-from . import kernels as kbridge
+from ..checkpoint import NotFoundError, load_or_create_key, open_store
+from . import bridge as kbridge
 from . import validate as v
 from .lifecycle import Lifecycle, Refusal
 
 API = r"/jupyter-pause/api"
 
 
+class ApiError(tornado.web.HTTPError):
+    """An HTTP error whose reply's ``message`` is ``text``, as written."""
+
+    def __init__(self, status: int, text: str) -> None:
+        self.text = text
+        super().__init__(status, text)
+
+    # APIHandler.write_error replies with ``log_message``, in which tornado (6.5+) doubles
+    # every "%" (it is a log format there); a path such as "50%.ipynb" must come back as sent.
+    @property
+    def log_message(self) -> str:
+        return self.text
+
+    @log_message.setter
+    def log_message(self, value: str) -> None:  # tornado < 6.5 assigns it
+        self.text = value
+
+
+@contextlib.contextmanager
+def refusals() -> Iterator[None]:
+    """The lifecycle's ``Refusal`` (409, or its status) as the HTTP error it answers."""
+    try:
+        yield
+    except Refusal as e:
+        raise ApiError(e.status, str(e)) from None
+
+
 class BaseHandler(ExtensionHandlerMixin, APIHandler):
+    """What every jupyter_pause handler shares: the authorizer's resource, the 503 of a
+    disabled server, typed bodies and JSON replies."""
+
     # jupyter_server's authorizer sees reads (GET) and writes (POST/DELETE) of this resource,
     # so a deployment can grant status to viewers and pause/resume to owners only.
     auth_resource = "jupyter_pause"
@@ -33,25 +70,36 @@ class BaseHandler(ExtensionHandlerMixin, APIHandler):
         reason = getattr(self.extensionapp, "disabled_reason", None)
         # Only an authenticated caller learns why (the reason names the other server).
         if reason and self.current_user and not self._finished:
-            self.reply({"message": f"jupyter_pause is disabled in this server: {reason}"}, 503)
+            raise ApiError(503, f"jupyter_pause is disabled in this server: {reason}")
 
-    def body(self, schema: dict[str, v.Field]) -> dict[str, Any]:
-        """The request body as a typed dict of ``schema``'s fields (absent ones None)."""
+    def body(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """The request body checked against ``schema``: every field, absent ones None."""
         try:
-            return v.parse_body(self.request.body, schema)
+            v.check_raw(self.request.body)  # bounds that get_json_body does not have
+            try:
+                data = self.get_json_body()
+            except tornado.web.HTTPError:
+                raise v.BadRequest("the request body is not JSON") from None
+            return v.check({} if data is None else data, schema)
         except v.BadRequest as e:
-            raise Refusal(str(e), 400) from None
+            raise ApiError(400, str(e)) from None
+
+    def query(self, name: str, value: str | None, schema: dict[str, Any]) -> str | None:
+        """A query or URL value checked against ``schema`` (a 400 says what is wrong)."""
+        try:
+            return v.query_str(name, value, schema)
+        except v.BadRequest as e:
+            raise ApiError(400, str(e)) from None
 
     def reply(self, data: Any, status: int = 200) -> None:
+        """``data`` as JSON (APIHandler.finish sets the content type)."""
         self.set_status(status)
-        self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(data, default=str))
-
-    def refuse(self, e: Refusal) -> None:
-        self.reply({"message": str(e)}, e.status)
 
 
 class StatusHandler(BaseHandler):
+    """GET status: the state, the flight, the kernels and the last report."""
+
     # A UI polling status is not the person's activity: it must not keep the workspace active.
     _track_activity = False
 
@@ -79,148 +127,65 @@ class StatusHandler(BaseHandler):
 
 
 class PauseHandler(BaseHandler):
+    """POST pause: start a pause (or a stop) flight; 202 with the flight."""
+
     @tornado.web.authenticated
     @authorized
     async def post(self) -> None:
-        try:
-            body = self.body(v.PAUSE)
+        body = self.body(v.PAUSE)
+        with refusals():
             flight = await self.lifecycle.request_pause(
                 trigger=body["trigger"] or "api", interrupt=bool(body["interrupt"]),
                 mode=body["mode"] or "pause")
-        except Refusal as e:
-            return self.refuse(e)
         self.reply({"flight": flight.to_dict()}, 202)
 
 
 class ResumeHandler(BaseHandler):
+    """POST resume: start a resume flight; 202 with the flight."""
+
     @tornado.web.authenticated
     @authorized
     async def post(self) -> None:
-        try:
-            body = self.body(v.RESUME)
+        body = self.body(v.RESUME)
+        with refusals():
             flight = await self.lifecycle.request_resume(trigger=body["trigger"] or "api")
-        except Refusal as e:
-            return self.refuse(e)
         self.reply({"flight": flight.to_dict()}, 202)
 
 
 class RecomputeHandler(BaseHandler):
+    """POST recompute: re-run in a notebook's kernel the cells of variables not restored."""
+
     @tornado.web.authenticated
     @authorized
     async def post(self) -> None:
+        body = self.body(v.RECOMPUTE)
+        path, names = body["path"], body["names"]
+        if self.lifecycle.flight is not None:
+            raise ApiError(409, f"a {self.lifecycle.flight.kind} is in progress; try again "
+                           "after it")
+        records = await kbridge.running_kernels(self.serverapp)
+        rec = next((r for r in records if r.path == path), None)
+        if rec is None:
+            raise ApiError(404, f"no running kernel for {path}")
         try:
-            body = self.body(v.RECOMPUTE)
-            path, names = body["path"], body["names"]
-            if self.lifecycle.flight is not None:
-                raise Refusal(f"a {self.lifecycle.flight.kind} is in progress; try again after it")
-            records = await kbridge.running_kernels(self.serverapp)
-            rec = next((r for r in records if r.path == path), None)
-            if rec is None:
-                raise Refusal(f"no running kernel for {path}", 404)
-            try:
-                res = await kbridge.call(self.serverapp, rec.kernel_id, "recompute", names=names,
-                                         timeout=self.extensionapp.bridge_timeout)
-            except Exception as e:
-                raise Refusal(f"recompute in {path} failed: {e}") from e
-            if res.get("ok") is False:
-                raise Refusal(f"recompute in {path} failed: {res.get('error')}")
-            # The report now says what the re-run brought back (journaled, so it survives).
-            await self.lifecycle.record_recompute(path, rec.kernel_id,
-                                                  list(res.get("variables") or []))
-        except Refusal as e:
-            return self.refuse(e)
+            res = await kbridge.call(self.serverapp, rec.kernel_id, "recompute", names=names,
+                                     timeout=self.extensionapp.bridge_timeout)
+        except Exception as e:
+            raise ApiError(409, f"recompute in {path} failed: {e}") from e
+        if res.get("ok") is False:
+            raise ApiError(409, f"recompute in {path} failed: {res.get('error')}")
+        # The report now says what the re-run brought back (journaled, so it survives).
+        await self.lifecycle.record_recompute(path, rec.kernel_id,
+                                              list(res.get("variables") or []))
         self.reply({"variables": res.get("variables", [])})
 
 
 def _open_store(app: Any) -> Any:
-    from ..checkpoint import load_or_create_key, open_store
-
     # With the key, listings show only authentic checkpoints (a foreign one is never offered).
     # Opened once: the key check (no new key over existing checkpoints) lists the same store.
     store = open_store(app.store_url or None)
     store.key = load_or_create_key(app.key_path or None, store=store)
     return store
-
-
-class CheckpointsHandler(BaseHandler):
-    _track_activity = False  # reading, like GET status
-
-    @tornado.web.authenticated
-    @authorized
-    async def get(self) -> None:
-        try:
-            stream = v.query_str("stream", self.get_argument("stream", None), v.STREAM)
-        except v.BadRequest as e:
-            return self.refuse(Refusal(str(e), 400))
-
-        def listing() -> list[dict[str, Any]]:
-            store = _open_store(self.extensionapp)
-            return [_summary(m) for m in store.list(stream)]
-
-        try:
-            items = await asyncio.to_thread(listing)
-        except Exception as e:  # noqa: BLE001 - one line back to the caller
-            return self.reply({"message": f"cannot list checkpoints: {e}"}, 500)
-        self.reply({"checkpoints": items})
-
-
-class CheckpointHandler(BaseHandler):
-    @tornado.web.authenticated
-    @authorized
-    async def delete(self, checkpoint_id: str) -> None:
-        try:
-            v.query_str("checkpoint id", checkpoint_id, v.CHECKPOINT_ID)
-        except v.BadRequest as e:
-            return self.refuse(Refusal(str(e), 400))
-        pending = self.lifecycle.state.get("pause") or self.lifecycle.state.get("inflight") or {}
-        if checkpoint_id in (pending.get("checkpoints") or []):
-            return self.refuse(Refusal(
-                f"checkpoint {checkpoint_id} is the way back of the current pause; resume first"))
-
-        def delete() -> None:
-            _open_store(self.extensionapp).delete(checkpoint_id)
-
-        try:
-            await asyncio.to_thread(delete)
-        except Exception as e:  # noqa: BLE001 - mapped to 404/500 below
-            from ..checkpoint import NotFoundError
-
-            if isinstance(e, (NotFoundError, FileNotFoundError, KeyError)):
-                return self.reply({"message": f"no checkpoint {checkpoint_id}"}, 404)
-            return self.reply({"message": f"cannot delete checkpoint {checkpoint_id}: {e}"}, 500)
-        self.set_status(204)
-        self.finish()
-
-
-class GcHandler(BaseHandler):
-    """Retention: the backend's snapshots, checkpoints beyond ``keep`` per notebook (older than
-    ``older_than`` s), then unreferenced blobs. The current pause's checkpoints are kept."""
-
-    @tornado.web.authenticated
-    @authorized
-    async def post(self) -> None:
-        app = self.extensionapp
-        try:
-            body = self.body(v.GC)
-            keep = app.keep_checkpoints if body["keep"] is None else body["keep"]
-            older_than = body["older_than"]
-            if self.lifecycle.flight is not None:
-                raise Refusal(f"a {self.lifecycle.flight.kind} is in progress; try again after it")
-        except Refusal as e:
-            return self.refuse(e)
-        # The retention module does it: snapshots, checkpoints, blobs, in an order that orphans
-        # nothing, protecting the current pause's checkpoints (state.json + lifecycle.state).
-        from ..policy.gc import run_gc_for_app
-
-        try:
-            res = await run_gc_for_app(app, keep=keep, older_than=older_than,
-                                       dry_run=bool(body["dry_run"]))
-        except Exception as e:  # noqa: BLE001 - one line back to the caller
-            # The retention module's GCError / a ValueError: a request that makes no sense.
-            bad_request = isinstance(e, ValueError) or type(e).__name__ == "GCError"
-            return self.reply({"message": f"gc refused: {e}" if bad_request
-                               else f"gc failed: {e}"}, 400 if bad_request else 500)
-        self.reply(res)
 
 
 def _summary(m: Any) -> dict[str, Any]:
@@ -230,7 +195,54 @@ def _summary(m: Any) -> dict[str, Any]:
             "bytes_total": get("bytes_total", 0), "variables": len(variables)}
 
 
+class CheckpointsHandler(BaseHandler):
+    """GET checkpoints: the store's authentic checkpoints (``?stream=`` for one notebook)."""
+
+    _track_activity = False  # reading, like GET status
+
+    @tornado.web.authenticated
+    @authorized
+    async def get(self) -> None:
+        stream = self.query("stream", self.get_argument("stream", None), v.STREAM)
+
+        def listing() -> list[dict[str, Any]]:
+            store = _open_store(self.extensionapp)
+            return [_summary(m) for m in store.list(stream)]
+
+        try:
+            items = await asyncio.to_thread(listing)
+        except Exception as e:  # one line back to the caller
+            raise ApiError(500, f"cannot list checkpoints: {e}") from e
+        self.reply({"checkpoints": items})
+
+
+class CheckpointHandler(BaseHandler):
+    """DELETE checkpoints/<id>: delete one checkpoint, never the current pause's way back."""
+
+    @tornado.web.authenticated
+    @authorized
+    async def delete(self, checkpoint_id: str) -> None:
+        self.query("checkpoint id", checkpoint_id, v.CHECKPOINT_ID)
+        pending = self.lifecycle.state.get("pause") or self.lifecycle.state.get("inflight") or {}
+        if checkpoint_id in (pending.get("checkpoints") or []):
+            raise ApiError(409, f"checkpoint {checkpoint_id} is the way back of the current "
+                           "pause; resume first")
+
+        def delete() -> None:
+            _open_store(self.extensionapp).delete(checkpoint_id)
+
+        try:
+            await asyncio.to_thread(delete)
+        except (NotFoundError, FileNotFoundError, KeyError) as e:
+            raise ApiError(404, f"no checkpoint {checkpoint_id}") from e
+        except Exception as e:  # one line back to the caller
+            raise ApiError(500, f"cannot delete checkpoint {checkpoint_id}: {e}") from e
+        self.set_status(204)
+        self.finish()
+
+
 def default_handlers() -> list[tuple[str, type]]:
+    """The server's own routes (the policy module adds its own, gc among them)."""
     return [
         (rf"{API}/status", StatusHandler),
         (rf"{API}/pause", PauseHandler),
@@ -238,5 +250,4 @@ def default_handlers() -> list[tuple[str, type]]:
         (rf"{API}/recompute", RecomputeHandler),
         (rf"{API}/checkpoints", CheckpointsHandler),
         (rf"{API}/checkpoints/([^/]+)", CheckpointHandler),
-        (rf"{API}/gc", GcHandler),
     ]

@@ -1,17 +1,16 @@
-"""Typed, bounded request input for every route: bodies and query values.
+"""Typed, bounded request input for every route: JSON Schemas of the bodies and query values.
 
-A tiny schema (field -> type and bounds) instead of ``bool(body.get(...))``: ``"false"`` is a
-string, not a boolean, and is refused rather than read as true. The raw body is checked for size
-and nesting before ``json.loads`` ever sees it, so ``[`` x 100000 is a 400, not a RecursionError.
+``"false"`` is a string, not a boolean, and is refused rather than read as true. The raw body is
+checked for size, nesting and NaN/Infinity (which Python's JSON reader accepts) before it is
+decoded, so ``[`` x 100000 is a 400, not a RecursionError. A refusal names the field in one line.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
-from dataclasses import dataclass
 from typing import Any
+
+import jsonschema
 
 MAX_BODY = 64 * 1024  # bytes; every body of this API is a handful of small fields
 MAX_DEPTH = 8  # the deepest body (recompute's names list) nests 2
@@ -23,86 +22,96 @@ class BadRequest(ValueError):
     """Input that does not match the route's schema: a 400 with this one-line message."""
 
 
-@dataclass(frozen=True)
-class Field:
-    kind: str  # "str" | "bool" | "int" | "number" | "str_list"
-    max_len: int = MAX_TEXT
-    choices: tuple[str, ...] | None = None
-    pattern: str | None = None
-    minimum: float | None = None
-    maximum: float | None = None
-    max_items: int = 1000
-    nullable: bool = True
-    required: bool = False
+# JSON Schema's "integer" includes 1.0; a count here is a JSON integer only.
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, x: isinstance(x, int) and not isinstance(x, bool)),
+)
+_TYPE_WORDS = {"string": "a string", "boolean": "true or false", "integer": "an integer",
+               "number": "a finite number", "array": "a list of strings", "object": "an object"}
 
 
-def _name(kind: str) -> str:
-    return {"str": "a string", "bool": "true or false", "int": "an integer",
-            "number": "a finite number", "str_list": "a list of strings"}[kind]
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {**schema, "type": [schema["type"], "null"]}
 
 
-def _check_value(name: str, value: Any, f: Field) -> Any:
-    if value is None:
-        if f.nullable and not f.required:
-            return None
-        raise BadRequest(f"{name} must be {_name(f.kind)}, not null")
-    if f.kind == "bool":
-        if not isinstance(value, bool):
-            raise BadRequest(f"{name} must be true or false, not {json.dumps(value)[:40]}")
-        return value
-    if f.kind in ("int", "number"):
-        ok = (isinstance(value, int) if f.kind == "int" else isinstance(value, (int, float)))
-        if isinstance(value, bool) or not ok or not math.isfinite(value):
-            raise BadRequest(f"{name} must be {_name(f.kind)}")
-        if (f.minimum is not None and value < f.minimum) or (
-            f.maximum is not None and value > f.maximum
-        ):
-            raise BadRequest(f"{name} must be between {f.minimum:g} and {f.maximum:g}"
-                             if f.maximum is not None else f"{name} must be >= {f.minimum:g}")
-        return value
-    if f.kind == "str":
-        return _check_str(name, value, f)
-    if f.kind == "str_list":
-        if not isinstance(value, list) or len(value) > f.max_items:
-            raise BadRequest(f"{name} must be a list of at most {f.max_items} strings")
-        return [_check_str(f"{name}[{i}]", v, f) for i, v in enumerate(value)]
-    raise AssertionError(f.kind)
+def body_schema(required: tuple[str, ...] = (), **fields: dict[str, Any]) -> dict[str, Any]:
+    """A JSON object of ``fields`` (absent or null unless ``required``), nothing else: a typo
+    such as "interupt" must not be silently ignored."""
+    return {"type": "object", "additionalProperties": False, "required": list(required),
+            "properties": {k: s if k in required else _nullable(s) for k, s in fields.items()}}
 
 
-def _check_str(name: str, value: Any, f: Field) -> str:
-    if not isinstance(value, str):
-        raise BadRequest(f"{name} must be a string")
-    if len(value) > f.max_len:
-        raise BadRequest(f"{name} is longer than {f.max_len} characters")
-    if f.choices is not None and value not in f.choices:
-        raise BadRequest(f"{name} must be one of {', '.join(f.choices)}")
-    if f.pattern is not None and not re.fullmatch(f.pattern, value):
-        raise BadRequest(f"{name} has characters that are not allowed")
+def _message(error: jsonschema.ValidationError, name: str) -> str:
+    """One line for a schema error at field ``name``."""
+    schema, kind = error.schema, error.validator
+    if kind == "type":
+        want = schema["type"][0] if isinstance(schema["type"], list) else schema["type"]
+        if want == "array":
+            return f"{name} must be a list of at most {schema.get('maxItems')} strings"
+        null = ", not null" if error.instance is None and len(error.path) <= 1 else ""
+        return f"{name} must be {_TYPE_WORDS[want]}{null}"
+    if kind == "maxLength":
+        return f"{name} is longer than {schema['maxLength']} characters"
+    if kind == "enum":
+        return f"{name} must be one of {', '.join(schema['enum'])}"
+    if kind == "pattern":
+        return f"{name} has characters that are not allowed"
+    if kind in ("minimum", "maximum"):
+        if not math.isfinite(error.instance):
+            return f"{name} must be a finite number"
+        if "maximum" in schema:
+            return f"{name} must be between {schema['minimum']:g} and {schema['maximum']:g}"
+        return f"{name} must be >= {schema['minimum']:g}"
+    if kind == "maxItems":
+        return f"{name} must be a list of at most {schema['maxItems']} strings"
+    return f"{name}: {error.message}"  # pragma: no cover - a keyword these schemas do not use
+
+
+def _field_name(error: jsonschema.ValidationError, top: str | None = None) -> str:
+    """``names[3]`` for the path (names, 3); ``top`` names a value checked on its own."""
+    parts = list(error.absolute_path)
+    name = top if top is not None else str(parts.pop(0)) if parts else "the request body"
+    return name + "".join(f"[{p}]" for p in parts)
+
+
+def check(data: Any, schema: dict[str, Any]) -> dict[str, Any]:
+    """``data`` checked against a :func:`body_schema`, every field present (absent ones None).
+
+    Raises BadRequest with the first problem: an unknown field, else in the schema's field order."""
+    if not isinstance(data, dict):
+        raise BadRequest("the request body must be a JSON object")
+    fields = list(schema["properties"])
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise BadRequest(f"unknown field {unknown[0][:40]!r} (expected {', '.join(fields)})")
+    # The first problem is the one said: by field, the field before its items, a wrong type
+    # before a bound.
+    problems = [(fields.index(k), 0, False, f"{k} is required")
+                for k in schema["required"] if k not in data]
+    problems += [(fields.index(str(e.absolute_path[0])), len(e.absolute_path),
+                  e.validator != "type", _message(e, _field_name(e)))
+                 for e in _Validator(schema).iter_errors(data) if e.absolute_path]
+    if problems:
+        raise BadRequest(min(problems)[-1])
+    return {k: data.get(k) for k in fields}
+
+
+def check_value(name: str, value: Any, schema: dict[str, Any]) -> Any:
+    """One value (e.g. from a query string or the URL) checked against ``schema``."""
+    error = jsonschema.exceptions.best_match(_Validator(schema).iter_errors(value))
+    if error is not None:
+        raise BadRequest(_message(error, _field_name(error, name)))
     return value
 
 
-def check(data: dict[str, Any], schema: dict[str, Field]) -> dict[str, Any]:
-    """The fields of ``data`` typed and bounded by ``schema``; unknown fields are refused (a
-    typo such as "interupt" must not be silently ignored)."""
-    unknown = sorted(set(data) - set(schema))
-    if unknown:
-        raise BadRequest(f"unknown field {unknown[0][:40]!r} (expected {', '.join(schema)})")
-    out: dict[str, Any] = {}
-    for name, f in schema.items():
-        if name not in data:
-            if f.required:
-                raise BadRequest(f"{name} is required")
-            out[name] = None
-            continue
-        out[name] = _check_value(name, data[name], f)
-    return out
-
-
-def _depth(raw: str) -> int:
-    """The nesting depth of JSON text, counted without parsing (brackets in strings skipped)."""
+def _scan(text: str) -> int:
+    """The nesting depth of JSON text, counted without decoding (brackets in strings skipped);
+    -1 for NaN or Infinity, which are not JSON."""
     depth = deepest = 0
     in_str = esc = False
-    for ch in raw:
+    for ch in text:
         if in_str:
             if esc:
                 esc = False
@@ -119,32 +128,26 @@ def _depth(raw: str) -> int:
                 return deepest
         elif ch in "]}":
             depth -= 1
+        elif ch in "NI":  # outside strings JSON spells only true, false, null and exponents
+            return -1
     return deepest
 
 
-def parse_body(raw: bytes | None, schema: dict[str, Field]) -> dict[str, Any]:
-    """A JSON object body, bounded and typed (an empty body is ``{}``)."""
+def check_raw(raw: bytes | None) -> None:
+    """Refuse a body too large, not UTF-8, too deep or with NaN/Infinity, before it is decoded."""
     if not raw:
-        return check({}, schema)
+        return
     if len(raw) > MAX_BODY:
         raise BadRequest(f"the request body is larger than {MAX_BODY // 1024} KiB")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise BadRequest("the request body is not UTF-8") from None
-    if _depth(text) > MAX_DEPTH:
+    depth = _scan(text)
+    if depth > MAX_DEPTH:
         raise BadRequest(f"the request body nests deeper than {MAX_DEPTH} levels")
-    try:
-        data = json.loads(text, parse_constant=_no_constant)
-    except (ValueError, RecursionError):
-        raise BadRequest("the request body is not JSON") from None
-    if not isinstance(data, dict):
-        raise BadRequest("the request body must be a JSON object")
-    return check(data, schema)
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")  # NaN, Infinity: Python accepts them, JSON does not
+    if depth < 0:
+        raise BadRequest("the request body is not JSON")
 
 
 def query_number(name: str, value: str | None, *, minimum: float, maximum: float) -> float | None:
@@ -156,28 +159,31 @@ def query_number(name: str, value: str | None, *, minimum: float, maximum: float
     try:
         number = float(value)
     except ValueError:
-        raise BadRequest(f"{name} must be a finite number") from None
-    return _check_value(name, number, Field("number", minimum=minimum, maximum=maximum))
+        number = math.nan
+    if not math.isfinite(number):  # NaN passes every bound
+        raise BadRequest(f"{name} must be a finite number")
+    return check_value(name, number, {"type": "number", "minimum": minimum, "maximum": maximum})
 
 
-def query_str(name: str, value: str | None, f: Field) -> str | None:
-    if value is None:
-        return None
-    return _check_str(name, value, f)
+def query_str(name: str, value: str | None, schema: dict[str, Any]) -> str | None:
+    """A string from a query or the URL, checked against ``schema`` (None when absent)."""
+    return None if value is None else check_value(name, value, schema)
 
 
 # ------------------------------------------------------------------------------ route schemas
 
-TRIGGER = Field("str", max_len=MAX_TEXT)
-PAUSE = {"trigger": TRIGGER, "interrupt": Field("bool"),
-         "mode": Field("str", choices=("pause", "stop"))}
-RESUME = {"trigger": TRIGGER}
-RECOMPUTE = {"path": Field("str", max_len=MAX_PATH, required=True),
-             "names": Field("str_list", max_len=MAX_TEXT, max_items=10000)}
-GC = {"keep": Field("int", minimum=0, maximum=1_000_000),
-      "older_than": Field("number", minimum=0, maximum=1e10),
-      "dry_run": Field("bool")}
-EMPTY: dict[str, Field] = {}
-# A checkpoint id (and a stream in a query) never needs more than these characters.
-CHECKPOINT_ID = Field("str", max_len=200, pattern=r"[A-Za-z0-9._-]+", nullable=False)
-STREAM = Field("str", max_len=MAX_PATH, nullable=False)
+TEXT = {"type": "string", "maxLength": MAX_TEXT}
+PAUSE = body_schema(trigger=TEXT, interrupt={"type": "boolean"},
+                    mode={"type": "string", "enum": ["pause", "stop"]})
+RESUME = body_schema(trigger=TEXT)
+RECOMPUTE = body_schema(
+    ("path",), path={"type": "string", "maxLength": MAX_PATH},
+    names={"type": "array", "maxItems": 10000, "items": TEXT})
+GC = body_schema(keep={"type": "integer", "minimum": 0, "maximum": 1_000_000},
+                 older_than={"type": "number", "minimum": 0, "maximum": 1e10},
+                 dry_run={"type": "boolean"})
+EMPTY = body_schema()
+# A checkpoint id (and a stream in a query) never needs more than these characters. The
+# pattern is matched with Python's re.search: \A and \Z, so that no trailing newline slips by.
+CHECKPOINT_ID = {"type": "string", "maxLength": 200, "pattern": r"\A[A-Za-z0-9._-]+\Z"}
+STREAM = {"type": "string", "maxLength": MAX_PATH}
