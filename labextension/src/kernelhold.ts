@@ -13,6 +13,12 @@
  * pause or resume waits until the workspace is free and the notebooks are reconnected, then
  * lets the cell executor go on (onto the restored kernel). While paused, it does not run, and
  * the person is told to resume. No JupyterLab imports, so it is unit-tested in Node.
+ *
+ * While held, `hasNoKernel` also reads true. Why: JupyterLab drops a stopped kernel's session
+ * only at its next session poll (every 10 s), so right after a pause the notebook may still hold
+ * the stopped kernel's connection. The cell executor would then skip `startKernel()` and execute
+ * on that connection, and the poll that follows disposes it, which cancels the execution
+ * silently: a cell run right after Resume would not run at all.
  */
 
 import type { IStatus } from './api';
@@ -127,6 +133,7 @@ export class KernelHold {
     marked[WRAPPED] = true;
     const original = context.startKernel.bind(context);
     context.startKernel = () => this._startKernel(context, original);
+    shadowHasNoKernel(context, () => this._mode !== 'free');
   }
 
   private async _startKernel(
@@ -161,4 +168,26 @@ export class KernelHold {
   private _resumeRequested = false;
   private _options: IKernelHoldOptions;
   private _waiters: Array<() => void> = [];
+}
+
+/**
+ * Make `context.hasNoKernel` read true while `held()`, and as before otherwise. JupyterLab
+ * defines it as a getter on `SessionContext.prototype`; an own property shadows it.
+ */
+function shadowHasNoKernel(context: IHoldableContext, held: () => boolean): void {
+  let desc: PropertyDescriptor | undefined;
+  for (let o: object | null = context; o && !desc; o = Object.getPrototypeOf(o)) {
+    desc = Object.getOwnPropertyDescriptor(o, 'hasNoKernel');
+  }
+  const getter = desc?.get;
+  let value: boolean = desc?.value ?? false;
+  const actual = getter ? () => Boolean(getter.call(context)) : () => value;
+  Object.defineProperty(context, 'hasNoKernel', {
+    configurable: true,
+    enumerable: true,
+    get: () => held() || actual(),
+    set: (v: boolean) => {
+      value = v; // a plain data property (the unit tests' contexts) stays writable
+    }
+  });
 }

@@ -358,3 +358,47 @@ def test_cells_run_while_paused_or_resuming_never_start_a_kernel(lab: LabServer,
     sessions = [s for s in lab.api("GET", "api/sessions") if s["path"] == "hold.ipynb"]
     assert len(sessions) == 1, sessions
     assert [k["id"] for k in lab.api("GET", "api/kernels")] == [sessions[0]["kernel"]["id"]]
+
+
+def test_a_cell_run_right_after_resume_runs_although_the_page_still_holds_the_stopped_kernel(
+        lab: LabServer, page) -> None:
+    """JupyterLab drops a stopped kernel's session only at its next session poll (10 s), so a
+    quick Pause then Resume leaves the notebook holding the stopped kernel's connection. The cell
+    executor then executes on it, the next poll disposes it, and the execution is cancelled
+    without a word: the cell does not run. Here the page's session reads are held from before
+    the pause until the cell run, which makes that window certain instead of a matter of timing;
+    the run must wait for the resume and then print from the restored kernel."""
+    lab.write_notebook("quick.ipynb", "", "")
+    panel = open_notebook(page, lab, "quick.ipynb")
+    status = status_item(page)
+    run_cell(page, panel, 0, "x = 41\nprint('set', x)")
+    expect()(cell_output(panel, 0)).to_contain_text("set 41", timeout=60_000)
+
+    held: list = []
+    holding = {"on": True}
+
+    def sessions(route) -> None:
+        if holding["on"] and route.request.method == "GET":
+            held.append(route)  # answered below, once the cell run is under way
+        else:
+            route.continue_()
+
+    page.route(re.compile(r"/api/sessions(\?|$)"), sessions)
+    button = pause_button(panel)
+    expect_enabled(button)
+    button.click()
+    expect()(status).to_have_attribute("data-state", "paused", timeout=SLOW)
+    expect()(button).to_have_text("Resume")
+    expect_enabled(button)
+    button.click()
+    run_cell(page, panel, 1, "print(x + 1)")
+    waiting = page.locator(".Toastify__toast", has_text="The cell will run when the workspace")
+    expect()(waiting).to_be_visible(timeout=30_000)
+    holding["on"] = False
+    for route in held:
+        route.continue_()
+    expect()(status).to_have_attribute("data-state", "ready", timeout=SLOW)
+    expect()(cell_output(panel, 1)).to_contain_text("42", timeout=60_000)
+    sessions_now = [s for s in lab.api("GET", "api/sessions") if s["path"] == "quick.ipynb"]
+    assert len(sessions_now) == 1, sessions_now
+    assert [k["id"] for k in lab.api("GET", "api/kernels")] == [sessions_now[0]["kernel"]["id"]]

@@ -170,6 +170,39 @@ describe('KernelHold.followRequest', () => {
     assert.equal(hold.mode, 'paused');
     assert.equal(hold.modeFor(status('paused')), 'paused');
   });
+
+  it('reads "no kernel" while held, so a stopped kernel\'s stale connection is not used', async () => {
+    // As JupyterLab's SessionContext: `hasNoKernel` is a getter on the prototype, and right
+    // after a pause the notebook may still hold the stopped kernel's session (false here).
+    class SessionLike {
+      stale = true;
+      isReady = true;
+      isDisposed = false;
+      started = 0;
+      get hasNoKernel(): boolean {
+        return !this.stale;
+      }
+      async startKernel(): Promise<boolean> {
+        this.started += 1;
+        return false;
+      }
+    }
+    const { hold, calls } = setup();
+    const ctx = new SessionLike();
+    hold.attach(ctx);
+    assert.equal(ctx.hasNoKernel, false, 'free: as JupyterLab says');
+    hold.set('paused');
+    assert.equal(ctx.hasNoKernel, true, 'paused: the executor must go through startKernel()');
+    hold.followRequest('resume', 'sent', status('paused'));
+    assert.equal(ctx.hasNoKernel, true);
+    const run = ctx.startKernel(); // what the cell executor does when hasNoKernel is true
+    assert.equal(await pending(run), true, 'the run waits for the resume');
+    hold.set(hold.modeFor(status('ready'))); // reconnected to the restored kernel
+    assert.equal(await run, false);
+    assert.equal(ctx.hasNoKernel, false, 'the executor then runs the cell on that kernel');
+    assert.equal(ctx.started, 0);
+    assert.deepEqual(calls, { paused: 0, waiting: 1 });
+  });
 });
 
 describe('holdModeOf', () => {
