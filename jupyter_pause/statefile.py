@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 STATE_FILE = "state.json"
@@ -27,22 +28,25 @@ def read_state(state_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     return st if isinstance(st, dict) else None
 
 
-def protected_ids(state_dir: str | None) -> set[str]:
-    """Checkpoint ids the workspace still needs to come back (from the server's state.json)."""
-    try:
-        st = read_state(state_dir) if state_dir else None
-    except OSError:
-        st = None
+def needed_ids(state: Mapping[str, Any] | None) -> set[str]:
+    """Checkpoint ids a state (as state.json or the server's live state holds it) needs to come
+    back: those of the pause in effect and of the one in flight, per notebook and per kernel."""
     out: set[str] = set()
-    if st is None:
-        return out
     for part in ("pause", "inflight"):
-        p = st.get(part)
-        if not isinstance(p, dict):
+        p = (state or {}).get(part)
+        if not isinstance(p, Mapping):
             continue
         ids = p.get("checkpoints")
         out.update(i for i in (ids if isinstance(ids, list) else []) if isinstance(i, str) and i)
         kernels = p.get("kernels")
         out.update(k["checkpoint_id"] for k in (kernels if isinstance(kernels, list) else [])
-                   if isinstance(k, dict) and isinstance(k.get("checkpoint_id"), str))
+                   if isinstance(k, Mapping) and isinstance(k.get("checkpoint_id"), str))
     return out
+
+
+def protected_ids(state_dir: str | None) -> set[str]:
+    """Checkpoint ids the workspace still needs to come back (from the server's state.json)."""
+    try:
+        return needed_ids(read_state(state_dir) if state_dir else None)
+    except OSError:
+        return set()

@@ -29,6 +29,17 @@ from .retention import retain
 from .store import Store, default_store_url, open_store
 from .writer import write
 
+
+def open_keyed_store(url: str | None = None, key_path: str | None = None) -> Store:
+    """The store at ``url`` with its key, so that listings hold authentic checkpoints only.
+
+    Opened once: the key check (never a new key over existing checkpoints) lists this store.
+    """
+    store = open_store(url)
+    store.key = load_or_create_key(key_path, store=store)
+    return store
+
+
 __all__ = [
     "CheckpointError",
     "IntegrityError",
@@ -45,6 +56,7 @@ __all__ = [
     "default_store_url",
     "gc",
     "load_or_create_key",
+    "open_keyed_store",
     "open_store",
     "read",
     "retain",

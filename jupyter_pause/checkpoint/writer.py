@@ -1,4 +1,8 @@
-"""write(): a namespace -> a checkpoint (blobs first, the signed manifest last)."""
+"""write(): a namespace -> a checkpoint (blobs first, the signed manifest last).
+
+Just over 400 lines: the steps of one write (grouping, pickling, packs, publication) share its
+run state and read best in order; the blob pool and tensor packs live in their own modules.
+"""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ import json
 import logging
 from typing import Any
 
-from ..variables import as_row
+from ..variables import as_row, row
 from . import liveness as _liveness
 from . import namespace, ops, provenance
 from .progress import StdoutProgress
@@ -201,33 +201,12 @@ def recompute(names: list[str] | None = None) -> str:
         prov = provenance.install(ip)
         for name in names or []:
             if name not in known and name in prov.cells:
-                rows.append(
-                    {
-                        "name": name,
-                        "kind": None,
-                        "size": None,
-                        "status": "failed",
-                        "reason": "not restored",
-                        "cell": prov.cells[name],
-                        "recomputable": True,
-                    }
-                )
+                rows.append(row(name, "failed", "not restored", cell=prov.cells[name]))
         unknown = [n for n in names or [] if n not in known and n not in prov.cells]
         result = ops.recompute(ip, rows, names, silent=True)
         wanted = set(names) if names is not None else None
         rows_out = [r for r in result if wanted is None or r["name"] in wanted]
-        rows_out += [
-            {
-                "name": n,
-                "kind": None,
-                "size": None,
-                "status": "failed",
-                "reason": "no recorded cell defines it",
-                "cell": None,
-                "recomputable": False,
-            }
-            for n in unknown
-        ]
+        rows_out += [row(n, "failed", "no recorded cell defines it") for n in unknown]
         return _ok(variables=rows_out)
     except BaseException as e:  # noqa: BLE001
         return _fail(e)

@@ -7,12 +7,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..units import format_bytes
-from ..variables import RECOMPUTABLE, as_row, counts, set_status
+from ..variables import RECOMPUTABLE, as_row, counts, set_status, summary
 
 _OK, _WARN = "var(--jp-success-color1, #2e7d32)", "var(--jp-warn-color1, #ef6c00)"
 _STATUS_COLOR = {"saved": _OK, "restored": _OK, "recomputed": _OK, "live": _OK,
                  "skipped": _WARN, "stale": _WARN, "failed": "var(--jp-error-color1, #c62828)"}
 MAX_ROWS = 200  # a namespace of thousands of names should not flood the notebook
+# The report as JSON next to text and HTML: JupyterLab's Checkpoint Now / Restore from
+# Checkpoint commands read their result from it instead of the printed text.
+REPORT_MIME = "application/vnd.jupyter-pause.report+json"
 
 
 def apply_load_notes(rows: list[dict[str, Any]], notes: Mapping[str, list[str]]) -> None:
@@ -35,6 +38,17 @@ class Report:
 
     def counts(self) -> dict[str, int]:
         return counts(self.rows)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        # IPython adds text/plain and text/html from __repr__ and _repr_html_.
+        return {
+            REPORT_MIME: {
+                "title": self.title,
+                "summary": summary(self.rows),
+                "rows": [dict(r) for r in self.rows[:MAX_ROWS]],
+                "notes": self.notes,
+            }
+        }
 
     @staticmethod
     def _size(r: dict[str, Any]) -> str:

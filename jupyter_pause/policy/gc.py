@@ -28,7 +28,7 @@ from typing import Any
 
 from ..checkpoint import default_key_path, load_or_create_key, open_store
 from ..checkpoint.retention import prune
-from ..statefile import protected_ids
+from ..statefile import needed_ids, protected_ids
 
 ORDER = ("backend snapshots and triggers", "checkpoint manifests", "unreferenced blobs")
 
@@ -41,15 +41,7 @@ def pause_needs(state_dir: str | None, live_state: Mapping[str, Any] | None = No
     """Checkpoint ids the workspace needs to come back: those of the pause in effect or in
     flight, as ``state.json`` in ``state_dir`` records them and, inside the server, as its live
     state holds them (state.json is written behind it)."""
-    out = protected_ids(state_dir)
-    for part in ("pause", "inflight"):
-        p = (live_state or {}).get(part)
-        if not isinstance(p, Mapping):
-            continue
-        out.update(i for i in p.get("checkpoints") or [] if isinstance(i, str) and i)
-        out.update(k["checkpoint_id"] for k in p.get("kernels") or []
-                   if isinstance(k, Mapping) and isinstance(k.get("checkpoint_id"), str))
-    return out
+    return protected_ids(state_dir) | needed_ids(live_state)
 
 
 def _summary(m: Any) -> dict[str, Any]:

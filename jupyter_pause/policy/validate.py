@@ -16,6 +16,9 @@ a file):
 Exit codes: 0 live, 10 restored, 20 fresh, 1 error (e.g. the marker file was lost, the value
 came back wrong, nothing was prepared). One line per check; ``--json`` for machines.
 Only the sha256 of the value and of the token are written to disk.
+
+One file (about 420 lines) on purpose: prepare and check must agree on every file name, field
+and kernel step, and read best side by side.
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.connect import write_connection_file
+from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+from ..journal import make_private_dir
+from ..server.bridge import run_bridge
 
 EXIT = {"live": 0, "restored": 10, "fresh": 20, "error": 1}
 STREAM = "jupyter-pause-validate"
@@ -97,8 +106,6 @@ class ValidateError(Exception):
 
 
 def _kernel_argv(kernel_name: str, connection_file: str) -> list[str]:
-    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
-
     try:
         spec = KernelSpecManager().get_kernel_spec(kernel_name)
         argv = list(spec.argv)
@@ -114,8 +121,6 @@ def _kernel_argv(kernel_name: str, connection_file: str) -> list[str]:
 
 def start_detached_kernel(kernel_name: str, connection_file: str) -> int:
     """Start a kernel in its own session, not tied to this process (no JPY_PARENT_PID)."""
-    from jupyter_client.connect import write_connection_file
-
     os.makedirs(os.path.dirname(connection_file), exist_ok=True)
     write_connection_file(connection_file, ip="127.0.0.1", key=secrets.token_hex(16).encode())
     env = {k: v for k, v in os.environ.items() if k != "JPY_PARENT_PID"}
@@ -163,8 +168,6 @@ async def _client(connection_file: str, timeout: float, pid: int | None = None) 
     this waits until IOPub delivered a message: ``execute_interactive`` ends on IOPub's idle,
     which a SUB socket still subscribing would miss (the call would wait out its timeout).
     """
-    from jupyter_client.asynchronous import AsyncKernelClient
-
     kc = AsyncKernelClient()
     kc.load_connection_file(connection_file)
     kc.start_channels(hb=False)
@@ -206,9 +209,7 @@ async def _run(kc: Any, code: str, expressions: dict[str, str] | None = None,
 
 
 async def _bridge(kc: Any, func: str, timeout: float, **kwargs: Any) -> dict[str, Any]:
-    from ..kernel.client import call_bridge
-
-    return await call_bridge(kc, func, timeout=timeout, **kwargs)
+    return await run_bridge(kc, func, timeout=timeout, **kwargs)
 
 
 async def _read_value_sha(kc: Any) -> str | None:
@@ -227,8 +228,6 @@ async def _read_value_sha(kc: Any) -> str | None:
 async def prepare(*, state_dir: str, store_url: str | None = None, key_path: str | None = None,
                   kernel_name: str = "python3", stop: bool = False, timeout: float = 120.0
                   ) -> dict[str, Any]:
-    from ..server.journal import make_private_dir
-
     vdir = _vdir(state_dir)
     make_private_dir(vdir)  # the state directory is private (journal.py)
     old = load_state(state_dir)

@@ -18,7 +18,8 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 
-from ..checkpoint import NotFoundError, load_or_create_key, open_store
+from ..checkpoint import NotFoundError, open_keyed_store
+from ..statefile import needed_ids
 from . import bridge as kbridge
 from . import validate as v
 from .lifecycle import Lifecycle, Refusal
@@ -180,14 +181,6 @@ class RecomputeHandler(BaseHandler):
         self.reply({"variables": res.get("variables", [])})
 
 
-def _open_store(app: Any) -> Any:
-    # With the key, listings show only authentic checkpoints (a foreign one is never offered).
-    # Opened once: the key check (no new key over existing checkpoints) lists the same store.
-    store = open_store(app.store_url or None)
-    store.key = load_or_create_key(app.key_path or None, store=store)
-    return store
-
-
 def _summary(m: Any) -> dict[str, Any]:
     get = m.get if isinstance(m, dict) else lambda k, d=None: getattr(m, k, d)
     variables = get("variables", []) or []
@@ -206,7 +199,8 @@ class CheckpointsHandler(BaseHandler):
         stream = self.query("stream", self.get_argument("stream", None), v.STREAM)
 
         def listing() -> list[dict[str, Any]]:
-            store = _open_store(self.extensionapp)
+            store = open_keyed_store(self.extensionapp.store_url or None,
+                                     self.extensionapp.key_path or None)
             return [_summary(m) for m in store.list(stream)]
 
         try:
@@ -223,13 +217,13 @@ class CheckpointHandler(BaseHandler):
     @authorized
     async def delete(self, checkpoint_id: str) -> None:
         self.query("checkpoint id", checkpoint_id, v.CHECKPOINT_ID)
-        pending = self.lifecycle.state.get("pause") or self.lifecycle.state.get("inflight") or {}
-        if checkpoint_id in (pending.get("checkpoints") or []):
+        if checkpoint_id in needed_ids(self.lifecycle.state):
             raise ApiError(409, f"checkpoint {checkpoint_id} is the way back of the current "
                            "pause; resume first")
 
         def delete() -> None:
-            _open_store(self.extensionapp).delete(checkpoint_id)
+            open_keyed_store(self.extensionapp.store_url or None,
+                                     self.extensionapp.key_path or None).delete(checkpoint_id)
 
         try:
             await asyncio.to_thread(delete)

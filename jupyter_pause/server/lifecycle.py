@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 from ..checkpoint import gc as store_gc
 from ..checkpoint import open_store
 from ..journal import utcnow_iso
+from ..variables import as_row
 from . import bridge, metrics, recovery
 from .activity import kernel_activity, wait_first_execute
 from .pause import run_pause
-from .pausereport import resume_from_status, stopped_status, variable_row
+from .pausereport import resume_from_status, stopped_status
 from .recorder import Flight, Recorder
 from .resume import run_resume
 
@@ -128,6 +129,8 @@ class Lifecycle(Recorder):
         except Exception as e:  # noqa: BLE001
             self.log.debug("jupyter_pause: listing kernels failed: %s", e)
         return {
+            # the newest event this answer includes: older events must not overwrite it
+            "seq": self.event_seq,
             "state": st["state"], "outcome": st.get("outcome"), "step": self.step,
             "reason": st.get("reason"), "hint": st.get("hint"),
             "flight": self.flight.to_dict() if self.flight else None,
@@ -237,7 +240,7 @@ class Lifecycle(Recorder):
         """Journal a POST recompute's outcome; ``apply`` marks it in ``last_report`` (persisted
         with state.json) and the event makes the UI re-read the report."""
         await self.record("recomputed", flight=False, path=path, kernel_id=kernel_id,
-                          variables=[variable_row(v) for v in variables])
+                          variables=[as_row(v) for v in variables])
 
     # ---------------------------------------------------------------- after a resume
 

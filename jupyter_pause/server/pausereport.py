@@ -8,7 +8,7 @@ from typing import Any
 
 from ..cluster.base import KernelRecord, ResumeContext
 from ..journal import parse_iso
-from ..variables import RECOMPUTABLE
+from ..variables import as_row
 
 STOP_TRIGGERS = {"signal": "stop signal", "api": "shutdown API", "idle": "idle shutdown",
                  "culler": "culler"}
@@ -20,17 +20,6 @@ def trigger_text(trigger: str | None, hub: bool = False) -> str:
     return f"{text}, JupyterHub" if hub else text
 
 
-def variable_row(v: dict[str, Any]) -> dict[str, Any]:
-    """One variable of a report, from what the kernel said of it."""
-    status = v.get("status")
-    cell = v.get("cell")
-    return {
-        "name": v.get("name"), "kind": v.get("kind"), "size": v.get("size"), "status": status,
-        "reason": v.get("reason"), "cell": cell,
-        "recomputable": bool(cell) and status in RECOMPUTABLE,
-    }
-
-
 def resume_report(flight: Any, requested: str, usable: str | None,
                   records: list[KernelRecord], ctx: ResumeContext,
                   outcomes: dict[str, dict[str, Any]], marks: dict[str, float],
@@ -40,11 +29,11 @@ def resume_report(flight: Any, requested: str, usable: str | None,
     for rec in records:
         out = outcomes.get(rec.kernel_id, {"outcome": "failed", "reason": "not verified"})
         if out["outcome"] == "live":
-            variables = [{**variable_row(v), "status": "live"} for v in rec.variables
+            variables = [{**as_row(v), "status": "live"} for v in rec.variables
                          if v.get("status") == "saved"]
-            variables += [variable_row(v) for v in rec.variables if v.get("status") != "saved"]
+            variables += [as_row(v) for v in rec.variables if v.get("status") != "saved"]
         else:
-            variables = [variable_row(v) for v in out.get("variables", [])]
+            variables = [as_row(v) for v in out.get("variables", [])]
         kernels.append({
             "path": rec.path, "kernel_id": ctx.kernel_map.get(rec.kernel_id),
             "previous_kernel_id": rec.kernel_id, "outcome": out["outcome"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint import load_or_create_key, open_store
+from ..checkpoint import open_keyed_store
 from ..cluster.base import KernelRecord
 from ..journal import parse_iso
 
@@ -13,18 +13,12 @@ if TYPE_CHECKING:
     from .app import PauseApp
 
 
-def app_store(app: PauseApp) -> Any:
-    """The configured store with its key: listings hold authentic checkpoints only."""
-    url = app.store_url or None
-    return open_store(url, key=load_or_create_key(app.key_path or None, store=open_store(url)))
-
-
 def offer_previous(app: PauseApp, records: list[KernelRecord], fid: str | None
                    ) -> dict[str, Any] | None:
     """A pause record whose checkpoints are each notebook's newest authentic checkpoint
     (blocking: reads the store). None when no notebook has one. ``records`` are updated."""
     try:
-        store = app_store(app)
+        store = open_keyed_store(app.store_url or None, app.key_path or None)
         kernels = []
         for rec in records:
             found = store.list(rec.stream)

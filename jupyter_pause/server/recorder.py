@@ -64,6 +64,9 @@ class Recorder:
         self.step: dict[str, Any] | None = None
         self._io = ThreadPoolExecutor(1, thread_name_prefix="jupyter-pause-journal")
         self._last_progress_emit = 0.0
+        # Orders events against status reads (a page may get an event after a newer read);
+        # from the clock, so it keeps growing across a server restart.
+        self.event_seq = time.time_ns() // 1000
 
     @property
     def serverapp(self) -> Any:
@@ -116,7 +119,9 @@ class Recorder:
 
     def emit(self, event: str) -> None:
         """Tell the frontend (jupyter_server's event bus) where the workspace stands."""
+        self.event_seq += 1
         emit_lifecycle(self.serverapp, {
+            "seq": self.event_seq,
             "state": self.state["state"], "outcome": self.state.get("outcome"),
             "step": self.step, "reason": self.state.get("reason"),
             "flight_id": self.flight.id if self.flight else None, "event": event,

@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..journal import parse_iso
-from .pausereport import stopped_text, variable_row
+from ..variables import as_row, set_status
+from .pausereport import stopped_text
 
 PAUSE_STATES = ("checkpointing", "snapshotting", "releasing")
 RESUME_STATES = ("resuming", "waiting_for_capacity", "verifying", "restoring")
@@ -146,12 +147,11 @@ def _merge_recomputed(report: dict[str, Any] | None, e: dict[str, Any]) -> None:
     for v in e.get("variables") or []:
         row = by_name.get(v.get("name"))
         if row is None:
-            row = variable_row(v)
+            row = as_row(v)
             rows.append(row)
             by_name[row["name"]] = row
-        row["status"], row["reason"] = v.get("status"), v.get("reason")
         # A failed re-run may be retried; a recomputed variable is done.
-        row["recomputable"] = bool(row.get("cell")) and v.get("status") == "failed"
+        set_status(row, v.get("status"), v.get("reason"))
 
 
 def _drop_pending(st: dict[str, Any], paths: list[str | None]) -> None:
@@ -205,7 +205,7 @@ def _apply_stop(st: dict[str, Any], e: dict[str, Any]) -> None:
             "previous_kernel_id": e.get("previous_kernel_id"), "outcome": e.get("outcome"),
             "reason": e.get("reason"), "checkpoint_id": e.get("checkpoint_id"),
             "warnings": e.get("warnings") or [],
-            "variables": [variable_row(v) for v in e.get("variables") or []]})
+            "variables": [as_row(v) for v in e.get("variables") or []]})
         report["usable"] = at
         report.setdefault("durations", {}).update(e.get("durations") or {})
         ok = any(k.get("outcome") == "restored" for k in report["kernels"])

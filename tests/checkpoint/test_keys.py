@@ -110,17 +110,14 @@ def test_malformed_key_says_so_before_its_mode(tmp_path):
 
 
 def test_server_listing_refuses_to_mint_a_key_over_existing_checkpoints(tmp_path):
-    from types import SimpleNamespace
-
-    from jupyter_pause.server.handlers import _open_store
+    from jupyter_pause.checkpoint import open_keyed_store
 
     kp, root = tmp_path / "checkpoint.key", tmp_path / "store"
     write({"a": 1}, open_store(str(root)), key=load_or_create_key(str(kp)))
-    app = SimpleNamespace(store_url=str(root), key_path=str(kp))
-    assert [m.stream for m in _open_store(app).list()] == ["default"]
+    assert [m.stream for m in open_keyed_store(str(root), str(kp)).list()] == ["default"]
     kp.unlink()
     with pytest.raises(KeyFileError, match="missing"):
-        _open_store(app)
+        open_keyed_store(str(root), str(kp))
     assert not kp.exists()
 
 

@@ -1,5 +1,8 @@
 """A small Kubernetes API test server (aiohttp) for the kinds jupyter-pause uses.
 
+(One file, over 400 lines, on purpose: it is one server; its routing, storage, watches and faults
+share one state and are read together against the Kubernetes API conventions.)
+
 It speaks enough of the REST API for the official `kubernetes` client and kubectl: routing for core,
 grouped and cluster-scoped kinds, discovery, metadata (resourceVersion, uid, generation,
 generateName), `kind: Status` errors, merge/JSON patch, label and field selectors, finalizers,

@@ -1,5 +1,6 @@
 """A simulated GKE cluster that plays scheduler, kubelet, StatefulSet/Workspace controllers and the
 Pod Snapshot agent against any Kubernetes API (the test server or a real kube-apiserver).
+(One file, over 400 lines, on purpose: the controllers it plays act on one shared cluster state.)
 
 It only talks through the official client with its own (admin) credentials, polling a namespace,
 so the same simulation drives both test tiers. Every fault the product must survive is a switch:

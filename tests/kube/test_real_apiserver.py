@@ -1,4 +1,5 @@
 """Tier 2: the same backends against a real kube-apiserver (v1.20.2 + etcd, RBAC on).
+(Over 400 lines: one costly fixture, the running apiserver, is shared by every test here.)
 
 tests/kube/scripts/run.sh starts it with an admin, the notebook's service-account identity and a
 user "resumer". The shipped CRDs, examples/kubernetes/rbac.yaml and resumer-rbac.yaml (bound to
