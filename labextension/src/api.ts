@@ -110,6 +110,8 @@ export interface IResumeFrom {
 
 /** `GET status`. */
 export interface IStatus {
+  /** The newest lifecycle event this answer includes (events carry theirs). */
+  seq?: number;
   state: WorkspaceState;
   outcome?: Outcome | null;
   step?: IStep | null;

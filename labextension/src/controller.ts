@@ -295,9 +295,16 @@ export class PauseController implements IPauseController {
       // announcement): the event carries no countdown, GET policy has it.
       void this._policyThrottler.invoke();
     }
-    if (this._status && typeof data.state === 'string') {
+    // An event can arrive after a read that already includes it (the event stream and the
+    // reads are separate connections): applying it then would show an older state again.
+    const stale =
+      typeof data.seq === 'number' &&
+      typeof this._status?.seq === 'number' &&
+      data.seq <= this._status.seq;
+    if (this._status && typeof data.state === 'string' && !stale) {
       this._status = {
         ...this._status,
+        seq: typeof data.seq === 'number' ? data.seq : this._status.seq,
         state: data.state as WorkspaceState,
         outcome: data.outcome ?? this._status.outcome,
         step: data.step !== undefined ? data.step : this._status.step,

@@ -1,4 +1,5 @@
 """Real-browser tests of the JupyterLab extension: Chromium + a real `jupyter lab` + real kernels.
+(Just over 400 lines: the tests share the page helpers above them.)
 
 Run: `python -m pytest tests/e2e -q` (needs Debian's chromium at /usr/bin/chromium).
 Screenshots of the main states land in test-output/screenshots/.

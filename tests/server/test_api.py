@@ -36,7 +36,8 @@ async def test_status_shape(jp_fetch):
     assert st["outcome"] is None and st["flight"] is None and st["step"] is None
     assert st["backend"]["name"] == "local"
     assert st["kernels"] == [] and st["last_checkpoint"] is None and st["last_report"] is None
-    assert set(st) == {"state", "outcome", "step", "reason", "hint", "flight", "timeline",
+    assert isinstance(st["seq"], int)  # orders lifecycle events against this answer
+    assert set(st) == {"seq", "state", "outcome", "step", "reason", "hint", "flight", "timeline",
                        "backend", "kernels", "last_checkpoint", "last_report",
                        "resume_available", "resume_from", "stopped"}
     assert st["resume_available"] is False and st["resume_from"] is None

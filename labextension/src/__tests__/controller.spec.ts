@@ -130,6 +130,19 @@ describe('PauseController status reads', () => {
     );
   });
 
+  it('drops an event that arrives after a read which already includes it', async () => {
+    const { api, controller, emit } = setup();
+    const read = controller.refresh();
+    api.statusCalls[0].resolve(status('ready', { seq: 12 }));
+    await read;
+    // emitted before the read was answered (seq 11), delivered after it
+    emit({ event: 'progress', state: 'restoring', seq: 11 });
+    assert.equal(controller.status?.state, 'ready');
+    emit({ event: 'pause_requested', state: 'checkpointing', seq: 13 });
+    assert.equal(controller.status?.state, 'checkpointing');
+    assert.equal(controller.status?.seq, 13);
+  });
+
   it('reports transitions between reads, not between event patches', async () => {
     const { api, controller, emit } = setup();
     const reads: [string | undefined, string | undefined][] = [];
