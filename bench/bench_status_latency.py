@@ -17,24 +17,23 @@ import http.client
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+# Run as a script: the repository root makes the test harness importable.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tests.harness import JupyterProcess, pause_server_config
 
 TOKEN = "bench-token"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Api:
+    """The REST API over one kept-alive connection, as a browser tab holds one."""
+
     def __init__(self, port: int):
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         self.headers = {"Authorization": f"token {TOKEN}", "Content-Type": "application/json"}
@@ -47,75 +46,15 @@ class Api:
         return resp.status, (json.loads(raw) if raw else {})
 
 
-def start_server(tmp: str, port: int) -> subprocess.Popen:
-    config = os.path.join(tmp, "config")
-    os.makedirs(config)
-    os.makedirs(os.path.join(tmp, "root"))
-    with open(os.path.join(config, "jupyter_server_config.json"), "w") as f:
-        json.dump(
-            {
-                "ServerApp": {
-                    "jpserver_extensions": {"jupyter_pause": True},
-                    "allow_root": True,
-                    "open_browser": False,
-                    "port_retries": 0,
-                    "root_dir": os.path.join(tmp, "root"),
-                },
-                "IdentityProvider": {"token": TOKEN},
-                "PauseApp": {
-                    "state_dir": os.path.join(tmp, "state"),
-                    "store_url": os.path.join(tmp, "store"),
-                    "key_path": os.path.join(tmp, "key"),
-                    "bridge_timeout": 1800,
-                },
-            },
-            f,
-        )
-    env = {
-        **os.environ,
-        "JUPYTER_CONFIG_DIR": config,
-        "JUPYTER_RUNTIME_DIR": os.path.join(tmp, "runtime"),
-        "JUPYTER_DATA_DIR": os.path.join(tmp, "data"),
-    }
-    log = open(os.path.join(tmp, "server.log"), "wb")  # noqa: SIM115 - lives with the process
-    return subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", f"--port={port}", "--ip=127.0.0.1"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+def start_server(tmp: Path) -> JupyterProcess:
+    """A real `jupyter server` with jupyter_pause, its directories under ``tmp``."""
+    server = JupyterProcess(
+        tmp,
+        pause_server_config(tmp / "state", tmp / "store", tmp / "key", bridge_timeout=1800),
+        token=TOKEN,
+        start_timeout=120,
     )
-
-
-def wait_up(port: int, proc: subprocess.Popen) -> Api:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit("the server exited; see its log")
-        try:
-            api = Api(port)
-            api.call("GET", "jupyter-pause/api/status")
-            return api
-        except OSError:
-            time.sleep(0.3)
-    raise SystemExit("the server did not start")
-
-
-def run_cell(tmp: str, kernel_id: str, code: str) -> None:
-    from jupyter_client.blocking import BlockingKernelClient
-
-    with open(os.path.join(tmp, "runtime", f"kernel-{kernel_id}.json")) as f:
-        info = json.load(f)
-    kc = BlockingKernelClient()
-    kc.load_connection_info(info)
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=60)  # IOPub subscribed before execute_interactive waits on it
-        reply = kc.execute_interactive(code, timeout=600, output_hook=lambda m: None)
-        if reply["content"]["status"] != "ok":
-            raise SystemExit(f"cell failed: {reply['content'].get('evalue')}")
-    finally:
-        kc.stop_channels()
+    return server.start()
 
 
 def pct(values: list[float], q: float) -> float:
@@ -139,10 +78,10 @@ def main() -> int:
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="bench-status-")
-    port = free_port()
-    proc = start_server(tmp, port)
+    server = None
     try:
-        api = wait_up(port, proc)
+        server = start_server(Path(tmp))
+        api = Api(server.port)
         _, session = api.call(
             "POST",
             "api/sessions",
@@ -156,7 +95,8 @@ def main() -> int:
         kid = session["kernel"]["id"]
         n = args.size_mib * 2**20 // 8
         print(f"kernel {kid[:8]}: allocating {args.size_mib} MiB of random float64 ...", flush=True)
-        run_cell(tmp, kid, f"import numpy as np; big = np.random.default_rng(0).random({n})")
+        server.output(kid, f"import numpy as np; big = np.random.default_rng(0).random({n})",
+                      timeout=600)
 
         ref = []
         for _ in range(args.reference_samples):
@@ -199,11 +139,8 @@ def main() -> int:
         )
         return 0
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(proc.pid, signal.SIGKILL)
+        if server is not None:
+            server.stop()
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
 

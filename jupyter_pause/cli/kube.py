@@ -185,12 +185,14 @@ def register(sub: Any) -> None:
                        "then triggers, the policy last)")
     p.add_argument("workspace", help="the workspace label value (jupyter-pause.io/workspace)")
     p.add_argument("--namespace", "-n", required=True)
-    p.add_argument("--keep", type=int, default=1, help="Ready snapshots kept (newest first)")
+    p.add_argument("--keep", type=int, default=1,
+                   help="Ready snapshots kept, newest first (0: no count limit)")
     p.add_argument("--older-than", type=float, default=None, metavar="SECONDS",
                    help="keep snapshots younger than this")
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--teardown", action="store_true",
-                   help="with --keep 0: delete the policy too once nothing is left")
+                   help="delete every snapshot (pinned and young ones excepted), then the policy "
+                        "once nothing is left")
     p.add_argument("--policy", default=None, help="policy name (default jp-<workspace>)")
     p.add_argument("--json", action="store_true")
     _kube_options(p)

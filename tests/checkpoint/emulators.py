@@ -14,7 +14,6 @@ import os
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 import http.client
-import socket
 import subprocess
 import sys
 import time
@@ -22,13 +21,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.harness import free_port
+
 BIN = os.path.dirname(sys.executable)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_http(port: int, path: str, proc: subprocess.Popen, deadline_s: float = 60.0) -> None:

@@ -14,25 +14,21 @@ import json
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import psutil
 from tornado.httpclient import HTTPRequest
 from tornado.ioloop import IOLoop
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-T = TypeVar("T")
+from tests.harness import free_ports, stop_process, wait_for
 
 TOKEN = "hub-test-service-token-" + secrets.token_hex(8)
 
@@ -51,25 +47,6 @@ def chp_bin() -> str | None:
     return shutil.which("configurable-http-proxy")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(what: str, check: Callable[[], T | None], timeout: float,
-              interval: float = 0.1) -> T:
-    """Poll ``check()`` until it returns something true; fail naming ``what`` after timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
-
-
 class Hub:
     """A JupyterHub process with its proxy; users' homes under ``tmp/home``."""
 
@@ -80,11 +57,10 @@ class Hub:
         self.dir.mkdir(parents=True)
         self.home_root = tmp / "home"
         self.home_root.mkdir()
-        self.port, self.hub_port, self.api_port = free_port(), free_port(), free_port()
+        self.port, self.hub_port, self.api_port = free_ports(3)
         self.url = f"http://127.0.0.1:{self.port}"
         self.pause = pause or {}
         self.proc: subprocess.Popen[bytes] | None = None
-        self._procs: list[psutil.Process] = []
         self.log_path = self.dir / "hub.log"
         self._write_config(chp, culler, activity_interval)
 
@@ -191,22 +167,7 @@ c.JupyterHub.load_roles = {roles!r}
         """Stop the hub, its proxy and every server and kernel it started."""
         if self.proc is None:
             return
-        try:
-            self._procs = psutil.Process(self.proc.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            self._procs = []
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        for p in self._procs:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
+        stop_process(self.proc, 30)
         self.log.close()
 
     # ---------------------------------------------------------------------------- requests

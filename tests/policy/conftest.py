@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import json
+import asyncio
+import time
 
 import pytest
+
+from jupyter_pause.server.bridge import own_client
+from tests.harness import InProcessServer, merge_config, pause_server_config
 
 
 @pytest.fixture
@@ -18,17 +22,17 @@ def policy_config():
 def jp_server_config(tmp_path, policy_config):
     for d in ("state", "store"):
         (tmp_path / d).mkdir(exist_ok=True)
-    return {
-        "ServerApp": {"jpserver_extensions": {"jupyter_pause": True},
-                      "allow_unauthenticated_access": False},
-        "PauseApp": {"state_dir": str(tmp_path / "state"), "store_url": str(tmp_path / "store"),
-                     "key_path": str(tmp_path / "checkpoint.key"), "busy_timeout": 2.0,
-                     "accelerator": {"type": "test-gpu", "count": 1}, "activity_interval": 0},
-        "IdlePolicy": dict(policy_config),
-    }
+    return merge_config(
+        pause_server_config(tmp_path / "state", tmp_path / "store", tmp_path / "checkpoint.key",
+                            busy_timeout=2.0, accelerator={"type": "test-gpu", "count": 1},
+                            activity_interval=0),
+        {"ServerApp": {"allow_unauthenticated_access": False},
+         "IdlePolicy": dict(policy_config)})
 
 
 class FakeClock:
+    """A clock the test moves by hand, for the idle monitor."""
+
     def __init__(self, start: float):
         self.now = start
 
@@ -39,38 +43,21 @@ class FakeClock:
         self.now += seconds
 
 
-class Server:
+class Server(InProcessServer):
     """The server under test: sessions, cells, the pause and policy APIs, the monitor."""
-
-    def __init__(self, serverapp, fetch):
-        self.serverapp = serverapp
-        self.fetch = fetch
-        self.settings = serverapp.web_app.settings
-        self.lifecycle = self.settings["jupyter_pause_lifecycle"]
 
     @property
     def monitor(self):
         return self.settings["jupyter_pause_idle_monitor"]
 
-    async def api(self, method, route, body=None, params=None):
-        r = await self.fetch("jupyter-pause", "api", *route.split("/"), method=method,
-                             params=params,
-                             body=None if method in ("GET", "DELETE") else json.dumps(body or {}))
-        return json.loads(r.body) if r.body else None
-
     async def open_notebook(self, path="nb.ipynb"):
-        r = await self.fetch("api", "sessions", method="POST", body=json.dumps(
-            {"path": path, "name": path, "type": "notebook", "kernel": {"name": "python3"}}))
-        model = json.loads(r.body)
-        kid = model["kernel"]["id"]
+        kid = (await self.new_session(path))["kernel"]["id"]
         await self.run(kid, "1")
         return kid
 
     async def run(self, kernel_id, code, *, wait=True):
-        from jupyter_pause.kernel.client import own_client
-
         # a session of its own: a wait=False client stays open while the next one runs
-        kc = own_client(self.serverapp.kernel_manager.get_kernel(kernel_id))
+        kc = own_client(self.serverapp, kernel_id)
         kc.start_channels()
         try:
             await kc.wait_for_ready(timeout=60)
@@ -87,23 +74,13 @@ class Server:
 
     async def settled(self, kernel_id, timeout=10.0):
         """Until the server has seen the kernel's trailing ``status: idle``."""
-        import asyncio
-
         kernel = self.serverapp.kernel_manager.get_kernel(kernel_id)
         for _ in range(int(timeout / 0.05)):
             if kernel.execution_state == "idle":
                 return
             await asyncio.sleep(0.05)
 
-    def journal(self):
-        path = self.lifecycle.journal.journal_path
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
     def fake_clock(self, offset: float = 0.0) -> FakeClock:
-        import time
-
         clock = FakeClock(time.time() + offset)
         self.monitor.clock = clock
         return clock
@@ -111,8 +88,6 @@ class Server:
 
 @pytest.fixture
 def srv(jp_serverapp, jp_fetch, jp_asyncio_loop):
-    import asyncio
-
     async def started():
         # A real server starts extensions once its loop runs (ServerApp._post_start);
         # pytest-jupyter never runs that loop, so start ours here as the server would.

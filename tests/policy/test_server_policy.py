@@ -9,9 +9,10 @@ import time
 import pytest
 import tornado.httpclient
 
-from jupyter_pause.kernel.client import call_bridge, own_client
-from jupyter_pause.policy.activity import not_activity
-from jupyter_pause.server import kernels as kbridge
+from jupyter_pause.server import bridge as kbridge
+from jupyter_pause.server.activity import not_activity
+from jupyter_pause.server.bridge import own_client
+from jupyter_pause.server.bridge import run_bridge as call_bridge
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -158,7 +159,7 @@ async def test_our_kernel_calls_are_not_user_activity(srv, jp_fetch):
     await kbridge.call(srv.serverapp, kid, "liveness", timeout=30)
     assert await _status_last_activity(jp_fetch) == before
     # without the guard the same call would have counted (what Kubeflow's probe would see)
-    kc = own_client(srv.serverapp.kernel_manager.get_kernel(kid))
+    kc = own_client(srv.serverapp, kid)
     kc.start_channels()
     try:
         assert (await call_bridge(kc, "liveness", timeout=30))["pid"]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from jupyter_pause.server.bridge import own_client
+from tests.harness import InProcessServer, merge_config, pause_server_config
+
 
 @pytest.fixture
 def pause_dirs(tmp_path):
@@ -22,54 +25,26 @@ def pause_config():
 
 @pytest.fixture
 def jp_server_config(pause_dirs, pause_config):
-    return {
-        "ServerApp": {
-            "jpserver_extensions": {"jupyter_pause": True},
-            "allow_unauthenticated_access": False,
-        },
-        "PauseApp": {
-            "state_dir": str(pause_dirs["state"]),
-            "store_url": str(pause_dirs["store"]),
-            "key_path": str(pause_dirs["key"]),
-            "busy_timeout": 2.0,
-            "accelerator": {"type": "test-gpu", "count": 1},
-            "activity_interval": 0,
-            **pause_config["PauseApp"],
-        },
-        "LocalBackend": dict(pause_config["LocalBackend"]),
-    }
+    return merge_config(
+        pause_server_config(pause_dirs["state"], pause_dirs["store"], pause_dirs["key"]),
+        {"ServerApp": {"allow_unauthenticated_access": False},
+         "PauseApp": {"busy_timeout": 2.0, "accelerator": {"type": "test-gpu", "count": 1},
+                      "activity_interval": 0, **pause_config["PauseApp"]},
+         "LocalBackend": pause_config["LocalBackend"]})
 
 
-class Workspace:
+class Workspace(InProcessServer):
     """Drives the server under test: sessions, code in kernels, the pause API."""
-
-    def __init__(self, serverapp, fetch):
-        self.serverapp = serverapp
-        self.fetch = fetch
-        self.lifecycle = serverapp.web_app.settings["jupyter_pause_lifecycle"]
-
-    async def api(self, method, route, body=None):
-        import json
-
-        r = await self.fetch("jupyter-pause", "api", *route.split("/"), method=method,
-                             body=None if method in ("GET", "DELETE") else json.dumps(body or {}))
-        return json.loads(r.body) if r.body else None
 
     async def status(self):
         return await self.api("GET", "status")
 
     async def open_notebook(self, path="nb.ipynb"):
-        import json
-
-        r = await self.fetch("api", "sessions", method="POST", body=json.dumps(
-            {"path": path, "name": path, "type": "notebook", "kernel": {"name": "python3"}}))
-        model = json.loads(r.body)
+        model = await self.new_session(path)
         await self.wait_ready(model["kernel"]["id"])
         return model
 
     def client(self, kernel_id):
-        from jupyter_pause.server.kernels import own_client
-
         kc = own_client(self.serverapp, kernel_id)
         kc.start_channels()
         return kc
@@ -106,12 +81,6 @@ class Workspace:
         r = await self.api("POST", kind, body)
         await self.lifecycle.wait()
         return r["flight"], await self.status()
-
-    def journal(self):
-        import json
-
-        path = self.lifecycle.journal.journal_path
-        return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 @pytest.fixture
