@@ -138,6 +138,8 @@ def verify(raw: bytes, key: bytes, where: str) -> Manifest:
 
 @dataclass
 class VariableReport:
+    """What became of one variable in a write or a read (status, size, reason)."""
+
     name: str
     kind: str
     size: int
@@ -151,6 +153,8 @@ class VariableReport:
 
 @dataclass
 class WriteResult:
+    """A published checkpoint: its manifest and id, and what happened to each variable."""
+
     manifest: Manifest
     checkpoint_id: str
     bytes_written: int
@@ -162,6 +166,8 @@ class WriteResult:
 
 @dataclass
 class ReadResult:
+    """A verified checkpoint read back: the values and what became of each variable."""
+
     values: dict[str, Any]
     variables: list[VariableReport]
     warnings: list[str]

@@ -275,6 +275,8 @@ def _override(self: Any, obj: Any, strict: bool) -> Any:
 
 
 class FastPickler(pickle.Pickler):
+    """The standard pickler, with tensors and large buffers handed to ``ctx`` out of band."""
+
     def __init__(self, file: Any, ctx: Ctx) -> None:
         super().__init__(file, protocol=5, buffer_callback=ctx.buffer_callback)
         self.ctx = ctx
@@ -292,6 +294,8 @@ def _dill_class() -> type:
         import dill
 
         class DillPickler(dill.Pickler):
+            """dill for what the standard pickler refuses, buffers out of band as above."""
+
             def __init__(self, file: Any, ctx: Ctx) -> None:
                 super().__init__(file, protocol=5, buffer_callback=ctx.buffer_callback)
                 self.ctx = ctx

@@ -17,6 +17,8 @@ from .base import Backend, BackendError, KernelRecord, PauseContext, ResumeConte
 
 
 class LocalBackend(Backend):
+    """No cluster: a pause checkpoints and stops the kernels, a resume restores them."""
+
     name = "local"
 
     stop_kernels = Bool(

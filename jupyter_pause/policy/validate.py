@@ -69,6 +69,8 @@ def _marker_file(state_dir: str) -> str:
 
 @dataclass
 class Check:
+    """One line of the restore check: a name, ok/failed, and what was seen."""
+
     name: str
     status: str
     detail: str = ""
@@ -79,6 +81,8 @@ class Check:
 
 @dataclass
 class Outcome:
+    """The restore check's verdict (live, restored, fresh or error) and its checks."""
+
     outcome: str  # live | restored | fresh | error
     checks: list[Check] = field(default_factory=list)
     lost: list[dict] = field(default_factory=list)

@@ -30,6 +30,8 @@ DEFAULT_EXTENSION_MODULES = ["jupyter_pause.policy.handlers"]
 
 
 class PauseApp(ExtensionApp):
+    """The jupyter_server extension: configuration, the lifecycle, its handlers and events."""
+
     name = "jupyter_pause"
     load_other_extensions = True
 

@@ -51,6 +51,8 @@ def identity() -> dict[str, Any]:
 
 
 class StateLock:
+    """One server per state directory: an flock on a file naming its holder (host, pid)."""
+
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
         self.path = Path(state_dir) / LOCK_FILE
         self._fd: int | None = None
