@@ -157,7 +157,7 @@ function activate(
       controller,
       hold,
       trans,
-      reconnect: () => reconnectNotebooks(serviceManager, tracker),
+      reconnect: paused => reconnectNotebooks(serviceManager, tracker, paused),
       showReport: () => void showReport()
     })
   );

@@ -8,17 +8,23 @@ import { ISessionContext } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ServiceManager, Session } from '@jupyterlab/services';
 
-/** Re-read the server's sessions and kernels, then follow them in every open notebook. */
+/**
+ * Re-read the server's sessions and kernels, then follow them in every open notebook.
+ * `paused`: the pause stopped every kernel, so a session the server no longer has is let go.
+ */
 export async function reconnectNotebooks(
   services: ServiceManager.IManager,
-  tracker: INotebookTracker | null
+  tracker: INotebookTracker | null,
+  paused = false
 ): Promise<void> {
   await Promise.all([services.sessions.refreshRunning(), services.kernels.refreshRunning()]);
   if (!tracker) {
     return;
   }
   const sessionByPath = new Map<string, Session.IModel>();
+  const live = new Set<string>();
   for (const model of services.sessions.running()) {
+    live.add(model.id);
     if (model.kernel) {
       sessionByPath.set(model.path, model);
     }
@@ -26,6 +32,13 @@ export async function reconnectNotebooks(
   const work: Promise<unknown>[] = [];
   tracker.forEach(panel => {
     const context = panel.sessionContext;
+    if (paused && context.session && !live.has(context.session.id) && !context.isDisposed) {
+      // SessionManager.requestRunning() disposes the connections of sessions that ended only
+      // when the list differs from the one it cached; a session started just before the pause
+      // may never have been in that cache, and its connection would then stay ("Disconnected")
+      // instead of the notebook showing "No Kernel".
+      context.session.dispose();
+    }
     const model = sessionByPath.get(panel.context.path);
     const kernelId = model?.kernel?.id;
     if (!model || !kernelId || context.isDisposed || context.session?.kernel?.id === kernelId) {

@@ -71,7 +71,7 @@ export class StateFollower implements IDisposable {
     if (SETTLED.has(current.state)) {
       // Follow at once rather than at the next session poll, so the first cell after a
       // resume reaches the restored kernel.
-      synced = this._reconnect().catch(reason =>
+      synced = this._reconnect(current.state === 'paused').catch(reason =>
         console.warn('jupyter-pause: could not reconnect notebooks', reason)
       );
     }
@@ -154,7 +154,7 @@ export class StateFollower implements IDisposable {
   private _controller: PauseController;
   private _hold: KernelHold;
   private _trans: ITrans;
-  private _reconnect: () => Promise<void>;
+  private _reconnect: (paused: boolean) => Promise<void>;
   private _showReport: () => void;
   /** Flight id of the last report announced; undefined until the first read. */
   private _seenReport: string | null | undefined = undefined;
@@ -169,7 +169,8 @@ export namespace StateFollower {
     hold: KernelHold;
     trans: ITrans;
     /** Point the open notebooks at the server's kernels. */
-    reconnect: () => Promise<void>;
+    /** Follow the server's sessions; `paused`: every kernel was stopped. */
+    reconnect: (paused: boolean) => Promise<void>;
     /** Open the details / report dialog. */
     showReport: () => void;
   }
