@@ -20,6 +20,7 @@ from ..cluster.base import Backend, resolve_backend_class
 from .events import register_schema
 from .handlers import default_handlers
 from .lifecycle import Lifecycle
+from .restarts import RestartWatch
 from .shutdown import checkpoint_on_shutdown, install_restore_hook
 from .statelock import StateDirBusy, StateLock
 
@@ -121,6 +122,7 @@ class PauseApp(ExtensionApp):
     # Set when another live server holds the state directory: the API answers 503 with it.
     disabled_reason: str | None = None
     _state_lock: StateLock | None = None
+    _restarts: RestartWatch | None = None
     # How the server was asked to stop: "signal", "api" (the shutdown API), "idle".
     _stop_trigger: str | None = None
     _stopping: asyncio.Future | None = None
@@ -208,6 +210,8 @@ class PauseApp(ExtensionApp):
             return
         await self.lifecycle.start()
         self._started = True
+        self._restarts = RestartWatch(serverapp)
+        self._restarts.start()
         install_restore_hook(self.lifecycle)
         if self.checkpoint_on_shutdown:
             self._watch_stop(serverapp)
@@ -268,6 +272,8 @@ class PauseApp(ExtensionApp):
                     self.log.warning("jupyter_pause: %s.stop failed: %s", module.__name__, e)
         if self._activity is not None:
             self._activity.stop()
+        if self._restarts is not None:
+            await self._restarts.stop()
         if self.lifecycle is not None:
             await self._checkpoint_on_shutdown()
             await self.lifecycle.stop()

@@ -19,7 +19,8 @@ def pause_dirs(tmp_path):
 
 @pytest.fixture
 def pause_config():
-    """Per-test overrides of PauseApp/LocalBackend traits (tests update this dict)."""
+    """Per-test config: PauseApp and LocalBackend traits, and any other section (tests update
+    this dict, or parametrize it)."""
     return {"PauseApp": {}, "LocalBackend": {}}
 
 
@@ -29,8 +30,8 @@ def jp_server_config(pause_dirs, pause_config):
         pause_server_config(pause_dirs["state"], pause_dirs["store"], pause_dirs["key"]),
         {"ServerApp": {"allow_unauthenticated_access": False},
          "PauseApp": {"busy_timeout": 2.0, "accelerator": {"type": "test-gpu", "count": 1},
-                      "activity_interval": 0, **pause_config["PauseApp"]},
-         "LocalBackend": pause_config["LocalBackend"]})
+                      "activity_interval": 0, **pause_config.get("PauseApp", {})}},
+        {k: v for k, v in pause_config.items() if k != "PauseApp"})
 
 
 class Workspace(InProcessServer):
@@ -84,5 +85,8 @@ class Workspace(InProcessServer):
 
 
 @pytest.fixture
-def ws(jp_serverapp, jp_fetch):
+def ws(jp_serverapp, jp_fetch, jp_asyncio_loop):
+    # What a real server does once its event loop runs (ServerApp._post_start); pytest-jupyter
+    # never runs the loop's start, so without this no extension's start would run.
+    jp_asyncio_loop.run_until_complete(jp_serverapp.extension_manager.start_all_extensions())
     return Workspace(jp_serverapp, jp_fetch)

@@ -262,6 +262,10 @@ async def test_a_kernel_that_dies_at_start_up_is_asked_again_once_restarted(ws, 
     finally:
         taken.close()
     assert handed and restarts, "the kernel did not die at start-up"
-    assert st["state"] == "ready" and st["outcome"] == "restored", st
+    # The whole reason on failure (pytest cuts a long dict short): reason, hint, per kernel.
+    why = (st.get("reason"), st.get("hint"),
+           [(k.get("outcome"), k.get("reason")) for k in
+            (st.get("last_report") or {}).get("kernels") or []])
+    assert st["state"] == "ready" and st["outcome"] == "restored", why
     kid = st["last_report"]["kernels"][0]["kernel_id"]
     assert (await ws.run(kid, "print(t)")).strip() == "11"

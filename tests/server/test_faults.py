@@ -99,6 +99,52 @@ async def test_kernel_killed_mid_checkpoint_ends_the_pause_with_the_truth(ws, tm
     assert (await ws.run(k["kernel_id"], "print(x + 1)")).strip() == "42"
 
 
+# ------------------------------------------------- a kernel that jupyter_server restarted itself
+
+# jupyter_client's restarter (restarter.py, KernelRestarter.poll) restarts a dead kernel on new
+# random ports until it has run for stable_start_time (when ports are not cached: KernelManager
+# .cache_ports, which keeps the same ports either way), on the same ports after: both regimes,
+# made certain by configuration.
+NEW_PORTS = {"KernelRestarter": {"stable_start_time": 3600.0, "time_to_dead": 0.5},
+             "KernelManager": {"cache_ports": False}}
+SAME_PORTS = {"KernelRestarter": {"random_ports_until_alive": False, "time_to_dead": 0.5}}
+
+
+@pytest.mark.parametrize("pause_config", [NEW_PORTS, SAME_PORTS], ids=["new-ports", "same-ports"])
+async def test_a_kernel_that_died_in_a_cell_and_was_restarted_is_not_busy(ws, pause_config):
+    """jupyter_server keeps a restarted kernel's last state ("busy": jupyter_server#1395) and,
+    after a restart on new ports, watches the old IOPub port (#481): the pause would refuse it
+    as busy and the resume would wait on it for bridge_timeout. Nobody talks to the new process
+    here, as after a crash in an unattended notebook."""
+    nb = await ws.open_notebook("crashes.ipynb")
+    kid = nb["kernel"]["id"]
+    await ws.run(kid, "x = 41")
+    kernel = ws.serverapp.kernel_manager.get_kernel(kid)
+    ports, old_pid = list(kernel.ports), _pid(ws, kid)
+    kc = kbridge.own_client(ws.serverapp, kid)
+    kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+    try:
+        kc.execute("import time; time.sleep(3600)")
+        await until(lambda: kbridge.execution_state(ws.serverapp, kid) == "busy",
+                    what="the cell running")
+    finally:
+        kc.stop_channels()
+    os.kill(old_pid, signal.SIGKILL)
+    await until(lambda: _pid(ws, kid) not in (None, old_pid), what="the kernel restarted")
+    assert (kernel.ports != ports) == (pause_config is NEW_PORTS), (ports, kernel.ports)
+
+    await until(lambda: kbridge.execution_state(ws.serverapp, kid) == "idle", 30,
+                what="the restarted kernel read idle")
+    # x died with the process; the empty new one pauses (not "still running a cell") and
+    # resumes.
+    _, st = await ws.flight("pause")
+    assert st["state"] == "paused", st
+    _, st = await ws.flight("resume")
+    assert st["state"] == "ready" and st["outcome"] == "restored", st
+    (k,) = st["last_report"]["kernels"]
+    assert (await ws.run(k["kernel_id"], "print('x' in dir())")).strip() == "False"
+
+
 # ------------------------------------------------------------------ a pickle that never ends
 
 
