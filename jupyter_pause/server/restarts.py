@@ -72,6 +72,11 @@ class RestartWatch:
         if kernel_id not in km:
             return None
         kernel = km.get_kernel(kernel_id)
+        if getattr(kernel, "_pending_restart_cleanup", None):
+            # A restart asked through the API, still waiting for its kernel_info reply:
+            # jupyter_server re-arms the watch itself, and stopping the watch now would cancel
+            # that wait (stop_watching_activity runs its clean-up), so the request never ends.
+            return kernel.execution_state
         # As jupyter_server's own restart does for changed ports; "starting" is the state it
         # normalises to "idle" on the first status it hears.
         km.stop_watching_activity(kernel_id)

@@ -145,6 +145,21 @@ async def test_a_kernel_that_died_in_a_cell_and_was_restarted_is_not_busy(ws, pa
     assert (await ws.run(k["kernel_id"], "print('x' in dir())")).strip() == "False"
 
 
+async def test_a_restart_asked_through_the_api_still_ends(ws):
+    """The same restart event comes for a restart asked through /api/kernels; jupyter_server
+    waits for the new process's kernel_info reply there, and re-arming the watch meanwhile
+    would cancel that wait (the request would never end)."""
+    nb = await ws.open_notebook("restarted.ipynb")
+    kid = nb["kernel"]["id"]
+    await ws.run(kid, "x = 1")
+    r = await asyncio.wait_for(
+        ws.fetch("api", "kernels", kid, "restart", method="POST", body=""), 60)
+    assert r.code == 200
+    await until(lambda: kbridge.execution_state(ws.serverapp, kid) == "idle", 30,
+                what="the restarted kernel read idle")
+    assert (await ws.run(kid, "print('x' in dir())")).strip() == "False"
+
+
 # ------------------------------------------------------------------ a pickle that never ends
 
 
