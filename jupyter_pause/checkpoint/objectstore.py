@@ -36,6 +36,12 @@ DEFAULT_MEMORY = 256 << 20
 S3_MIN_PART = 5 << 20  # S3: every part but the last is at least 5 MiB
 GCS_ALIGN = 256 << 10  # GCS resumable: every chunk but the last is a multiple of 256 KiB
 PART_MAX = 64 << 20
+# New tensors go into packs of at most this much (a larger tensor gets a pack of its own): an
+# object is one upload stream (a GCS resumable upload sends its chunks in order), so more,
+# smaller objects keep both upload threads busy, a changed tensor later leaves less of an old
+# pack half-used, and an interrupted checkpoint leaves fewer bytes to send again. On a local
+# disk packs stay large: one file per shard is what the device writes fastest.
+PACK_MAX = 128 << 20
 # A part in flight costs up to three times its size: ours, and the HTTP client's copies while
 # it is sent (aiohttp joins the headers and the body into one buffer on Python < 3.12.9, and
 # asyncio's transport keeps a copy of what the socket did not take yet). The bound counts them.

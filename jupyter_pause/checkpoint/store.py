@@ -154,12 +154,14 @@ class Store:
             self.local = False
             # what this store's streamed uploads and downloads may hold in memory, all together
             self.budget = objectstore.Budget(objectstore.memory_bound(memory))
+            self.pack_max: int | None = objectstore.PACK_MAX
             self.root = self.root.rstrip("/")
         else:
             path = url.removeprefix("file://")
             self.fs = None
             self.root = os.path.abspath(os.path.expanduser(path))
             self.local = True
+            self.pack_max = None
             root_is_store = any(os.path.isdir(self._join(d)) for d in ("manifests", "blobs"))
             localfs.narrow_folders(([self.root] if root_is_store else [])
                                    + [self._join(d) for d in ("manifests", "blobs", "tmp", "pins")])

@@ -80,11 +80,15 @@ class Server:
         self.proc.wait(timeout=30)
 
 
-def start(kind: str) -> Server:
+def start(kind: str, data_dir: str | None = None) -> Server:
+    """Start ``kind``'s server; ``data_dir`` keeps gcp-storage-emulator's objects on disk
+    instead of in its memory (moto spools every object above 5 MiB to a temporary file
+    already), for objects too large to hold twice in RAM."""
     port = free_port()
     if kind == "gcs":
-        cmd = [os.path.join(BIN, "gcp-storage-emulator"), "start", "--host", "127.0.0.1",
-               "--port", str(port), "--in-memory", "-q"]
+        where = ["--data-dir", data_dir] if data_dir else []
+        cmd = [os.path.join(BIN, "gcp-storage-emulator"), *where, "start", "--host",
+               "127.0.0.1", "--port", str(port), *([] if data_dir else ["--in-memory"]), "-q"]
         probe = "/storage/v1/b"
     else:
         cmd = [os.path.join(BIN, "moto_server"), "-H", "127.0.0.1", "-p", str(port)]

@@ -179,6 +179,29 @@ def test_a_checkpoint_six_times_the_bound_stays_within_it(object_server, key):
     torch.testing.assert_close(rr.values["w"], ns["w"])
 
 
+def test_tensor_packs_are_cut_to_the_stores_pack_size(object_server, key):
+    """An object is one upload stream: new tensors go into packs of at most ``pack_max`` (a
+    larger tensor alone in its own), and they all come back."""
+    torch = pytest.importorskip("torch")
+    srv = object_server
+    store = _store(srv, path="packs")
+    store.pack_max = 3 << 20
+    gen = torch.Generator().manual_seed(5)
+    ns = {"small": [torch.randn(1 << 18, generator=gen) for _ in range(10)],  # 1 MiB each
+          "big": torch.randn(1 << 20, generator=gen)}  # 4 MiB: over pack_max, alone
+    res = write(ns, store, key=key)
+    m = store.load_manifest(key, checkpoint_id=res.checkpoint_id)
+    packs = {b: meta["size"] for b, meta in m.blobs.items() if meta["kind"] == "tensors"}
+    big = {e["blob"] for e in m.tensors if e["nbytes"] == 4 << 20}
+    assert len(packs) >= 5, packs  # 14 MiB in packs of 3 MiB or a lone larger tensor
+    assert all(size <= store.pack_max + (64 << 10) for b, size in packs.items() if b not in big)
+    assert len(big) == 1 and sum(e["blob"] in big for e in m.tensors) == 1
+    rr = read(_store(srv, path="packs"), key=key)
+    for a, b in zip(rr.values["small"], ns["small"], strict=True):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(rr.values["big"], ns["big"])
+
+
 def test_a_failed_upload_is_aborted_and_the_previous_checkpoint_stays(object_server, key,
                                                                       monkeypatch):
     srv = object_server
