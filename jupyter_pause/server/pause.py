@@ -133,17 +133,9 @@ def checkpoint_kwargs(lc: Lifecycle, rec: KernelRecord, flight: Flight, trigger:
 
 
 async def _checkpoint_all(lc: Lifecycle, records: list[KernelRecord], flight: Flight) -> None:
-    done: dict[str, int] = {}
-    totals: dict[str, int] = {}
     label = ", ".join(r.label for r in records) or "no kernels"
     lc.set_step("checkpointing", f"Checkpointing {label}", state="checkpointing")
-
-    def progress_for(rec: KernelRecord) -> Any:
-        def progress(d: int, t: int, *_: Any) -> None:
-            done[rec.kernel_id], totals[rec.kernel_id] = int(d), int(t)
-            lc.set_step("checkpointing", f"Checkpointing {rec.label}", sum(done.values()),
-                        sum(totals.values()))
-        return progress
+    progress_for = lc.kernels_progress("checkpointing", "Checkpointing")
 
     async def one(rec: KernelRecord) -> None:
         token = secrets.token_urlsafe(24)

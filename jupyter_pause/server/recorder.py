@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -138,6 +139,21 @@ class Recorder:
             self._last_progress_emit = time.monotonic()
         else:
             self.progress()
+
+    def kernels_progress(self, name: str, verb: str) -> Callable[[Any], Callable[..., None]]:
+        """Progress callbacks, one per kernel record, summed into step ``name``: each reports
+        its own bytes and the step names the kernel that reported last."""
+        done: dict[str, int] = {}
+        totals: dict[str, int] = {}
+
+        def for_kernel(rec: Any) -> Callable[..., None]:
+            def progress(d: int, t: int, *_: Any) -> None:
+                done[rec.kernel_id], totals[rec.kernel_id] = int(d), int(t)
+                self.set_step(name, f"{verb} {rec.label}", sum(done.values()),
+                              sum(totals.values()))
+            return progress
+
+        return for_kernel
 
     def progress(self, force: bool = False) -> None:
         """Announce the step's progress, at most every ``progress_interval`` unless forced."""

@@ -184,16 +184,8 @@ def restore_kwargs(lc: Lifecycle, rec: KernelRecord) -> dict[str, Any]:
 
 async def _restore_all(lc: Lifecycle, fresh: list[KernelRecord],
                        outcomes: dict[str, dict[str, Any]]) -> None:
-    done: dict[str, int] = {}
-    totals: dict[str, int] = {}
     lc.set_step("restoring", "Restoring from the checkpoint", state="restoring")
-
-    def progress_for(rec: KernelRecord) -> Any:
-        def progress(d: int, t: int, *_: Any) -> None:
-            done[rec.kernel_id], totals[rec.kernel_id] = int(d), int(t)
-            lc.set_step("restoring", f"Restoring {rec.label}", sum(done.values()),
-                        sum(totals.values()))
-        return progress
+    progress_for = lc.kernels_progress("restoring", "Restoring")
 
     async def one(rec: KernelRecord) -> None:
         out = outcomes[rec.kernel_id]
