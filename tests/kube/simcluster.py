@@ -217,7 +217,13 @@ class SimCluster:
                                                           {"status": status})
 
     def patch_pod_status(self, name: str, status: dict) -> None:
-        self.core.patch_namespaced_pod_status(name, self.ns, {"status": status})
+        # A pod deleted since this step listed it: the kubelet's status manager drops the
+        # update ("pod has been deleted"), it is not an error (pkg/kubelet/status).
+        try:
+            self.core.patch_namespaced_pod_status(name, self.ns, {"status": status})
+        except ApiException as e:
+            if e.status != 404:
+                raise
 
     def create_pod(self, body: dict) -> None:
         body = self.gkw_pod_webhook(body)
@@ -482,13 +488,18 @@ class SimCluster:
                     break
             name = p["metadata"]["name"]
             if chosen:
+                try:
+                    self.core.create_namespaced_pod_binding(
+                        name, self.ns, {"apiVersion": "v1", "kind": "Binding",
+                                        "metadata": {"name": name},
+                                        "target": {"apiVersion": "v1", "kind": "Node",
+                                                   "name": chosen}},
+                        _preload_content=False)
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+                    continue  # deleted since the list: the scheduler forgets it
                 used[chosen] = used.get(chosen, 0) + need
-                self.core.create_namespaced_pod_binding(
-                    name, self.ns, {"apiVersion": "v1", "kind": "Binding",
-                                    "metadata": {"name": name},
-                                    "target": {"apiVersion": "v1", "kind": "Node",
-                                               "name": chosen}},
-                    _preload_content=False)
                 conds = set_cond((p.get("status") or {}).get("conditions") or [],
                                  mkcond("PodScheduled", "True"))
                 self.patch_pod_status(name, {"conditions": conds})
