@@ -20,9 +20,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import contextlib
+import ctypes
 import logging
 import os
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -103,6 +105,36 @@ class Budget:
         with self._cv:
             self.held -= n
             self._cv.notify_all()
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where there is none (musl, macOS)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None).malloc_trim  # the C library this process already has
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
+    return fn
+
+
+_TRIM = _malloc_trim()
+
+
+def give_back_freed_memory() -> None:
+    """Return the free pages of the C heap to the system after a part's request ended.
+
+    A part and the HTTP client's copies of it are tens of MiB; glibc serves the first from
+    mmap, then raises its mmap threshold to that size (up to 32 MiB), so later parts come from
+    the per-thread heaps, where freed space stays in the process: over a 4 GiB upload to S3
+    that added 40% to the bound (293 MiB of RSS for a 256 MiB bound; 183 MiB with a fixed mmap
+    threshold). ``malloc_trim`` releases that space without changing the allocator's settings
+    for the rest of the kernel (fixing the threshold would make every large numpy temporary an
+    mmap and a page-fault storm).
+    """
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 def kind(fs: Any) -> str:

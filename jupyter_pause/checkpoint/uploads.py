@@ -25,7 +25,16 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .errors import CheckpointError
-from .objectstore import ABORT_TIMEOUT, Budget, describe, kind, on_loop, part_size, parts
+from .objectstore import (
+    ABORT_TIMEOUT,
+    Budget,
+    describe,
+    give_back_freed_memory,
+    kind,
+    on_loop,
+    part_size,
+    parts,
+)
 
 
 class UploadFailed(CheckpointError):
@@ -114,7 +123,11 @@ class _Upload:
         self.began = False  # a request that may have left something on the server was sent
 
     def _track(self, fut: cf.Future, held: int) -> None:
-        fut.add_done_callback(lambda _f: self.budget.release(held))
+        def ended(_f: cf.Future) -> None:
+            self.budget.release(held)
+            give_back_freed_memory()  # the part and the client's copies of it are freed now
+
+        fut.add_done_callback(ended)
         self.inflight.append(fut)
 
     def _reap(self, keep: int) -> None:
