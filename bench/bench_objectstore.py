@@ -2,8 +2,8 @@
 and s3:// (moto's server), each against a plain fsspec transfer of the same bytes in the same
 run, and the peak extra memory of the checkpoint process against the configured bound.
 
-    python bench/bench_objectstore.py                 # 0.5 GiB state, bound 256 MiB, both stores
-    python bench/bench_objectstore.py --gib 4 --stores gcs --memory 256M
+    python bench/bench_objectstore.py                 # 4 GiB state, bound 256 MiB, both stores
+    python bench/bench_objectstore.py --gib 0.5 --stores gcs --memory 256M   # a quick look
 
 The references move the very objects the checkpoint wrote (the same checkpoint written to a
 local store first gives them as files), so both sides pay the emulators' per-object costs alike:
@@ -170,7 +170,7 @@ def bench_store(kind: str, args: argparse.Namespace, key: bytes, state: dict,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gib", type=float, default=0.5, help="state size (default 0.5)")
+    ap.add_argument("--gib", type=float, default=4.0, help="state size (default 4)")
     ap.add_argument("--tensors", type=int, default=150)
     ap.add_argument("--memory", default="256M", help="the store's memory bound")
     ap.add_argument("--stores", default="gcs,s3")
