@@ -267,6 +267,31 @@ def test_upload_commits_only_what_hashes_to_the_name(object_server, parts):
     assert _pending_uploads(srv) == [] and budget.held == 0
 
 
+def test_each_parts_memory_is_given_back_when_its_request_ends(object_server, monkeypatch):
+    """glibc keeps freed parts in its heaps once it has raised its mmap threshold to their
+    size; the upload hands them back after every request (bench_objectstore: 293 MiB of RSS
+    for a 256 MiB bound over 4 GiB to S3 without it, 195 MiB with it)."""
+    import platform
+
+    from jupyter_pause.checkpoint.store import blob_hasher
+
+    if platform.libc_ver()[0] == "glibc":
+        assert objectstore._TRIM is not None  # the binding to malloc_trim resolved
+    srv = object_server
+    fs = srv.fs()
+    data = np.random.default_rng(6).bytes(12 << 20)
+    h = blob_hasher()
+    h.update(data)
+    budget = objectstore.Budget(objectstore.parse_size(BOUND))
+    calls = []
+    monkeypatch.setattr(uploads, "give_back_freed_memory", lambda: calls.append(1))
+    path = f"{srv.bucket}/trim/{h.hexdigest()}"
+    uploads.upload(fs, path, lambda: [data], len(data), h.hexdigest(), blob_hasher(), budget)
+    part = objectstore.part_size(objectstore.kind(fs), budget.limit)
+    assert len(calls) == -(-len(data) // part) > 1  # once per part sent
+    assert fs.cat_file(path) == data and budget.held == 0
+
+
 CHILD = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
