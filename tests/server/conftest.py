@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+
 import pytest
 
 from jupyter_pause.server.bridge import own_client
@@ -76,6 +82,25 @@ class Workspace(InProcessServer):
         content = reply["content"]
         assert content["status"] == "ok", f"{content.get('ename')}: {content.get('evalue')}"
         return "".join(out)
+
+    async def start_cell(self, kernel_id, code, timeout=60):
+        """Start a long-running cell; return its task once the kernel runs it, not merely has
+        it queued or in flight. The cell first creates a marker file: the server's
+        ``execution_state`` cannot tell, since it may still read the "busy" of the previous
+        cell (the activity watch can handle that status after the cell's reply arrived)."""
+        marker = os.path.join(tempfile.mkdtemp(prefix="jp-cell-"), "started")
+        task = asyncio.ensure_future(
+            self.run(kernel_id, f"open({marker!r}, 'w').close()\n{code}"))
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(marker):
+            if task.done():
+                task.result()  # the cell failed before it started: say why
+            if time.monotonic() > deadline:
+                task.cancel()
+                raise AssertionError(f"the cell did not start within {timeout} s")
+            await asyncio.sleep(0.05)
+        shutil.rmtree(os.path.dirname(marker), ignore_errors=True)
+        return task
 
     async def flight(self, kind, body=None):
         """POST pause|resume and wait for the flight to end; returns the final status."""

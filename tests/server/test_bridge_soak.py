@@ -126,11 +126,8 @@ async def test_a_call_to_a_kernel_that_goes_away_ends_at_once(ws, how, monkeypat
     kid = nb["kernel"]["id"]
     pid = await _kernel_pid(ws, kid)
     km = ws.serverapp.kernel_manager
-    busy = asyncio.ensure_future(ws.run(kid, "import time; time.sleep(600)"))
+    busy = await ws.start_cell(kid, "import time; time.sleep(600)")
     try:
-        deadline = time.monotonic() + 30
-        while km.get_kernel(kid).execution_state != "busy" and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
         sent = asyncio.Event()
         real = bridge.own_client
 
@@ -170,11 +167,9 @@ async def test_a_liveness_call_across_a_kernel_restart_gets_the_new_process_answ
     nb = await ws.open_notebook("reborn.ipynb")
     kid = nb["kernel"]["id"]
     pid = await _kernel_pid(ws, kid)
-    km = ws.serverapp.kernel_manager
-    busy = asyncio.ensure_future(ws.run(kid, "import time; time.sleep(600)"))
-    deadline = time.monotonic() + 30  # the cell runs (not still queued) before the kill
-    while km.get_kernel(kid).execution_state != "busy" and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    # the old process runs the cell before the kill: a request still on its way would reach
+    # the restarted process on the same ports, and the call asked again would queue behind it
+    busy = await ws.start_cell(kid, "import time; time.sleep(600)")
     sent = asyncio.Event()
     real = bridge.run_bridge
 
