@@ -7,6 +7,7 @@ Real servers and kernels throughout; every wait is a condition with a deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -121,14 +122,12 @@ async def test_a_kernel_that_died_in_a_cell_and_was_restarted_is_not_busy(ws, pa
     await ws.run(kid, "x = 41")
     kernel = ws.serverapp.kernel_manager.get_kernel(kid)
     ports, old_pid = list(kernel.ports), _pid(ws, kid)
-    kc = kbridge.own_client(ws.serverapp, kid)
-    kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
-    try:
-        kc.execute("import time; time.sleep(3600)")
-        await until(lambda: kbridge.execution_state(ws.serverapp, kid) == "busy",
-                    what="the cell running")
-    finally:
-        kc.stop_channels()
+    # the old process runs the cell (a request still in flight at the kill would reach a
+    # restarted process on the same ports); then its client goes, so nobody waits on the kernel
+    cell = await ws.start_cell(kid, "import time; time.sleep(3600)")
+    cell.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await cell
     os.kill(old_pid, signal.SIGKILL)
     await until(lambda: _pid(ws, kid) not in (None, old_pid), what="the kernel restarted")
     assert (kernel.ports != ports) == (pause_config is NEW_PORTS), (ports, kernel.ports)
