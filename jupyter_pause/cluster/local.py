@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from queue import Empty
 from typing import Any
 
 from traitlets import Bool, Float
 
+from ..kernelclient import kernel_info_answer
 from .base import Backend, BackendError, KernelRecord, PauseContext, ResumeContext
 
 
@@ -148,30 +148,16 @@ async def _answers(km: Any, kid: str, timeout: float) -> str:
     if kid not in km:
         return "died while starting"
     first = _pid(km, kid)
-    kernel = km.get_kernel(kid)
-    session = kernel.session.clone()
-    session.session = uuid.uuid4().hex  # a shell identity of our own (see server.bridge)
-    client = kernel.client(session=session)
-    client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
-    deadline = asyncio.get_running_loop().time() + timeout
-    try:
-        while asyncio.get_running_loop().time() < deadline:
-            if kid not in km:
-                return "died while starting"
-            now = _pid(km, kid)
-            if first is not None and now is not None and now != first:
-                return "died while starting and was restarted on the same ports"
-            msg_id = client.kernel_info()
-            try:
-                while True:
-                    reply = await client.get_shell_msg(timeout=1.0)
-                    if (reply.get("parent_header") or {}).get("msg_id") == msg_id:
-                        return ""
-            except Empty:
-                continue
-        return f"did not answer within {timeout:.0f} s"
-    finally:
-        client.stop_channels()
+
+    def gone() -> str | None:
+        if kid not in km:
+            return "died while starting"
+        now = _pid(km, kid)
+        if first is not None and now is not None and now != first:
+            return "died while starting and was restarted on the same ports"
+        return None
+
+    return await kernel_info_answer(km.get_kernel(kid), timeout, gone=gone)
 
 
 async def _session_for_path(sm: Any, path: str) -> dict | None:

@@ -17,7 +17,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .iopub import msg_type, watch_iopub
+from ..kernelclient import msg_type
+from .iopub import watch_iopub
 
 
 def _kernel(km: Any, kernel_id: str) -> Any | None:

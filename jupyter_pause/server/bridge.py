@@ -33,8 +33,9 @@ from typing import Any
 from jupyter_core.utils import ensure_async
 
 from ..cluster.base import KernelRecord
+from ..kernelclient import client_of, msg_type, parent_id
 from .activity import not_activity
-from .iopub import SUBSCRIBE_WAIT, IOPubReader, client_of, msg_type, parent_id
+from .iopub import SUBSCRIBE_WAIT, IOPubReader
 from .protocol import (
     EXPR_NAME,
     RESULT_EXPRESSION,

@@ -1,9 +1,4 @@
-"""Clients of our own for the server's kernels, and reading their IOPub.
-
-Why a session of its own: ``kernel_manager.client()`` hands every client the manager's session,
-whose id is also the ZMQ identity of the client's shell socket; with two such clients open, the
-kernel's replies go to whichever socket connected last and the other one waits forever.
-"""
+"""Reading a kernel's IOPub on a client of our own (``kernelclient.client_of``)."""
 
 from __future__ import annotations
 
@@ -17,27 +12,12 @@ from typing import Any
 
 import zmq
 
+from ..kernelclient import client_of
+
 log = logging.getLogger(__name__)
 
 # How long to wait for the IOPub subscription to be confirmed before sending (ipykernel >= 7).
 SUBSCRIBE_WAIT = 0.5
-
-
-def client_of(kernel_manager: Any) -> Any:
-    """A client of one kernel (its ``KernelManager``) with a session of its own."""
-    session = kernel_manager.session.clone()
-    session.session = uuid.uuid4().hex  # also resets bsession, the socket identity
-    return kernel_manager.client(session=session)
-
-
-def msg_type(msg: dict[str, Any]) -> str:
-    """A message's type, from the message or its header."""
-    return msg.get("msg_type") or (msg.get("header") or {}).get("msg_type", "")
-
-
-def parent_id(msg: dict[str, Any]) -> str | None:
-    """The ``msg_id`` of the request a message answers."""
-    return (msg.get("parent_header") or {}).get("msg_id")
 
 
 class IOPubReader:

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from queue import Empty
 from typing import Any
 
-from .iopub import client_of, parent_id
+from ..kernelclient import kernel_info_answer
 
 KERNEL_ACTIONS = "https://events.jupyter.org/jupyter_server/kernel_actions/v1"
 # How long the new process may take to answer before its state is left to jupyter_server.
@@ -84,28 +82,10 @@ class RestartWatch:
         km.start_watching_activity(kernel_id)
         log.info("jupyter_pause: kernel %s was restarted; watching its new process",
                  kernel_id[:8])
-        if await _answers(kernel, ANSWER_WAIT) and kernel_id in km \
-                and kernel.execution_state == "starting":
+        answered = not await kernel_info_answer(
+            kernel, ANSWER_WAIT, gone=lambda: None if kernel_id in km else "removed")
+        if answered and kernel_id in km and kernel.execution_state == "starting":
             # It answered a request, so it runs no cell: the watch may have joined after the
             # status of that request (ZMQ's slow joiner), so say it here.
             kernel.execution_state = "idle"
         return kernel.execution_state if kernel_id in km else None
-
-
-async def _answers(kernel: Any, timeout: float) -> bool:
-    """True once the kernel answers a ``kernel_info_request`` (not counted as activity)."""
-    client = client_of(kernel)
-    client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
-    deadline = time.monotonic() + timeout
-    try:
-        msg_id = client.kernel_info()
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                reply = await client.get_shell_msg(timeout=min(1.0, left))
-            except Empty:
-                continue
-            if parent_id(reply) == msg_id:
-                return True
-        return False
-    finally:
-        client.stop_channels()
