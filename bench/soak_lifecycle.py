@@ -2,10 +2,16 @@
 
 Starts a real ``jupyter server`` (temporary root, state, store and key; token auth; the default
 local backend), opens ``--notebooks`` notebook sessions through ``/api/sessions`` and gives each
-kernel real state: a numpy array, a pandas DataFrame and, when torch is importable, a small torch
-model. Then ``--cycles`` times: set ``cycle = N`` in every kernel, ``POST pause``, wait for
-``paused``, ``POST resume``, wait for ``ready``, and check in each notebook's (new) kernel that
-every variable came back with the same fingerprint and ``cycle == N`` (a stale checkpoint fails).
+kernel real state: numpy arrays, a pandas DataFrame, a dict and, when torch is importable, a small
+torch model and tensors. Then ``--cycles`` times: change every kind of state in every kernel
+(tensors also through ``.data`` and numpy views, which torch's version counter does not see; some
+values never change, so their blobs are reused), every 5th cycle damage every blob in the store in
+place, ``POST pause``, wait for ``paused``, ``POST resume``, wait for ``ready``, and check in each
+notebook's (new) kernel that every variable came back with the fingerprint it had at the pause
+(a stale or partial checkpoint fails). While paused, starting a kernel (a new notebook, a paused
+one, a bare kernel) must be refused. Every 4th cycle, after the resume, the state changes again
+and the server is stopped with SIGTERM and started anew: reopening each notebook must bring back
+that newer state (the shutdown checkpoint).
 
 A failed cycle is counted, reported with the server's reason, and the workspace is brought back
 (Resume again) so the soak goes on. Prints failures (must be 0) and p50/p99/max of
@@ -48,9 +54,26 @@ try:
     torch.manual_seed({seed})
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
                                 torch.nn.Linear(128, 10))
+    t = torch.zeros(1000)
+    frozen_t = torch.randn(300_000)  # never changed: its blob is reused across checkpoints
 except ImportError:
-    model = None
+    model = t = frozen_t = None
+frozen = np.random.default_rng({seed} + 2).random(300_000)  # never changed either
+notes = {{"log": []}}
 cycle = -1
+"""
+# Each cycle changes every kind of state, tensors among them through the writes torch's version
+# counter does not see (.data, numpy views): a checkpoint that misses one brings back old values.
+MUTATE = """
+cycle = {n}
+arr[{n} % 256, {n} % 1024] = {n}
+df.loc[{n} % 20_000, "x"] = float({n})
+notes["log"].append({n})
+if model is not None:
+    model[0].bias.data[{n} % 128] = float({n})
+    model[2].weight.detach().numpy()[0, {n} % 128] = float({n})
+    t.numpy()[{n} % 1000] = float({n})
+    t.data[({n} + 1) % 1000] += 1.0
 """
 # Evaluated as user_expressions: answered on the shell channel alone (no IOPub to miss).
 FINGERPRINT = {
@@ -58,8 +81,33 @@ FINGERPRINT = {
     "df": "repr((df.shape, float(df['x'].sum()), df['s'].iloc[-1]))",
     "model": "repr(None if model is None else "
              "round(float(sum(p.double().sum() for p in model.parameters())), 9))",
+    "t": "repr(None if t is None else (float(t.double().sum()), float(frozen_t.double().sum())))",
+    "frozen": "repr(float(frozen.sum()))",
+    "notes": "repr(notes)",
     "cycle": "cycle",  # text/plain is the repr: "3"
 }
+DAMAGE_EVERY = 5  # cycles: flip a byte in every blob of the store before the pause
+STOP_EVERY = 4  # cycles: after the resume, change state again, stop the server, start it anew
+
+
+def damage_store(tmp: str) -> int:
+    """Flip one byte in the middle of every blob (same size), as a disk or a tool might. The
+    next pause must write a whole checkpoint anyway (blobs it cannot vouch for are rewritten),
+    so the resume after it still brings everything back."""
+    n = 0
+    for dirpath, _, files in os.walk(os.path.join(tmp, "store", "blobs")):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            size = os.path.getsize(path)
+            if not size:
+                continue
+            with open(path, "r+b") as f:
+                f.seek(size // 2)
+                b = f.read(1)
+                f.seek(size // 2)
+                f.write(bytes([b[0] ^ 0xFF]))
+            n += 1
+    return n
 
 
 def free_port() -> int:
@@ -94,8 +142,8 @@ class Api:
 
 def start_server(tmp: str, port: int) -> subprocess.Popen[bytes]:
     config = os.path.join(tmp, "config")
-    os.makedirs(config)
-    os.makedirs(os.path.join(tmp, "root"))
+    os.makedirs(config, exist_ok=True)
+    os.makedirs(os.path.join(tmp, "root"), exist_ok=True)
     with open(os.path.join(config, "jupyter_server_config.json"), "w") as f:
         json.dump({
             "ServerApp": {"jpserver_extensions": {"jupyter_pause": True}, "allow_root": True,
@@ -109,7 +157,7 @@ def start_server(tmp: str, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "JUPYTER_CONFIG_DIR": config,
            "JUPYTER_RUNTIME_DIR": os.path.join(tmp, "runtime"),
            "JUPYTER_DATA_DIR": os.path.join(tmp, "data")}
-    log = open(os.path.join(tmp, "server.log"), "wb")  # noqa: SIM115 - lives with the process
+    log = open(os.path.join(tmp, "server.log"), "ab")  # noqa: SIM115 - lives with the process
     return subprocess.Popen(
         [sys.executable, "-m", "jupyter_server", f"--port={port}", "--ip=127.0.0.1"],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -175,6 +223,34 @@ def run_cell(tmp: str, kernel_id: str, code: str, expressions: dict[str, str] | 
             raise CellError(f"{name}: {res.get('ename')}: {res.get('evalue')}")
         out[name] = res["data"]["text/plain"]
     return out
+
+
+def stop_server(proc: subprocess.Popen[bytes], timeout: float = 60) -> int:
+    """SIGTERM, as a spawner or ``kubectl delete pod`` does; the exit code."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise CellError(f"the server did not stop within {timeout:.0f} s of SIGTERM") from None
+
+
+def refused_while_paused(api: Api, paths: list[str]) -> None:
+    """No kernel starts while paused, whoever asks: a new notebook, a paused one, a bare kernel
+    (it would hold the accelerator the pause gave back, and be merged over at resume)."""
+    for body in ({"path": "soak-new.ipynb", "name": "soak-new.ipynb", "type": "notebook",
+                  "kernel": {"name": "python3"}},
+                 {"path": paths[0], "name": paths[0], "type": "notebook",
+                  "kernel": {"name": "python3"}}):
+        code, _ = api.call("POST", "api/sessions", body)
+        if code != 409:
+            raise CellError(f"POST api/sessions for {body['path']} while paused answered {code}")
+    code, _ = api.call("POST", "api/kernels", {"name": "python3"})
+    if code != 409:
+        raise CellError(f"POST api/kernels while paused answered {code}")
+    code, kernels = api.call("GET", "api/kernels")
+    if code != 200 or kernels:
+        raise CellError(f"kernels running while paused: {kernels}")
 
 
 def kernels_by_path(api: Api) -> dict[str, str]:
@@ -254,7 +330,7 @@ def main() -> int:
     t_pause: list[float] = []
     t_resume: list[float] = []
     t_cell: list[float] = []
-    done = 0
+    done = stops = 0
     try:
         wait_up(api, proc)
         paths = [f"soak-{i}.ipynb" for i in range(args.notebooks)]
@@ -277,8 +353,9 @@ def main() -> int:
             try:
                 kernels = kernels_by_path(api)
                 for path in paths:
-                    run_cell(tmp, kernels[path], f"cycle = {n}")
-                    expected[path]["cycle"] = repr(n)
+                    expected[path] = run_cell(tmp, kernels[path], MUTATE.format(n=n), FINGERPRINT)
+                if n % DAMAGE_EVERY == DAMAGE_EVERY - 1:
+                    damage_store(tmp)
                 t0 = time.perf_counter()
                 code, body = api.call("POST", f"{API}/pause", {})
                 if code != 202:
@@ -287,6 +364,7 @@ def main() -> int:
                 if st["state"] != "paused":
                     raise CellError(f"pause failed: {reason(st)}")
                 t_pause.append(time.perf_counter() - t0)
+                refused_while_paused(api, paths)
                 t0 = time.perf_counter()
                 code, body = api.call("POST", f"{API}/resume", {})
                 if code != 202:
@@ -305,6 +383,26 @@ def main() -> int:
                     if wrong:
                         raise CellError(f"{path} came back different: {wrong}")
                 t_cell.append(time.perf_counter() - t0)
+                if n % STOP_EVERY == STOP_EVERY - 1:
+                    # work done since the resume, then a stop: saved, and back at the next start
+                    for path in paths:
+                        expected[path] = run_cell(tmp, kernels[path],
+                                                  MUTATE.format(n=n + 1000), FINGERPRINT)
+                    stop_server(proc)
+                    proc = start_server(tmp, port)
+                    wait_up(api, proc)
+                    for path in paths:
+                        code, sess = api.call("POST", "api/sessions", {
+                            "path": path, "name": path, "type": "notebook",
+                            "kernel": {"name": "python3"}}, timeout=300)
+                        if code not in (200, 201):
+                            raise CellError(f"reopening {path} after the stop: {code} {sess}")
+                        got = run_cell(tmp, sess["kernel"]["id"], "", FINGERPRINT)
+                        wrong = {k: (got.get(k), v) for k, v in expected[path].items()
+                                 if got.get(k) != v}
+                        if wrong:
+                            raise CellError(f"{path} came back different after the stop: {wrong}")
+                    stops += 1
                 print(f"cycle {n + 1:>4}/{args.cycles}: pause {t_pause[-1]:6.2f} s  "
                       f"resume {t_resume[-1]:6.2f} s  to cell {t_cell[-1]:6.2f} s  "
                       f"({st.get('outcome')})", flush=True)
@@ -331,7 +429,7 @@ def main() -> int:
         for b in burners:
             b.terminate()
     print(f"\n{done} cycles x {args.notebooks} notebooks, failures: {len(failures)}"
-          f"{' (with 2 CPU burners)' if args.load else ''}")
+          f"{' (with 2 CPU burners)' if args.load else ''}; {stops} server stops and restarts")
     for f in failures:
         print("  " + f)
     print(summary("pause", t_pause))

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -52,7 +54,95 @@ EVENTS = frozenset({
     "failed",
     # outside flights
     "auto_pause_announced", "auto_pause_cancelled", "recomputed",
+    # a recorded notebook renamed through the server (its paused session follows it)
+    "renamed",
 })
+
+
+# A journal line longer than this is skipped unread (a ready event with thousands of variables
+# is a few MiB): the file is input like any other, and one line must not take the memory.
+MAX_LINE = 32 << 20
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+# The fields :func:`jupyter_pause.server.state.apply` and the reports read, by type: a line
+# whose field has another type is skipped (and counted), never folded into the state.
+_STR = (str, type(None))
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "flight": _STR, "kind": _STR, "trigger": _STR, "mode": _STR, "message": _STR,
+    "reason": _STR, "hint": _STR, "state_after": _STR, "outcome": _STR, "path": _STR,
+    "step": _STR, "kernel_id": _STR, "checkpoint_id": _STR,
+    "kernels": (list, type(None)), "checkpoints": (list, type(None)),
+    "variables": (list, type(None)), "rows": (list, type(None)),
+    "report": (dict, type(None)), "resume_from": (dict, type(None)),
+    "durations": (dict, type(None)), "inflight": (dict, type(None)),
+    "bytes_written": (int, float, type(None)), "bytes_total": (int, float, type(None)),
+}
+_LIST_OF_DICTS = ("kernels", "variables", "rows")
+
+
+def entry_problem(obj: Any) -> str | None:
+    """Why a decoded journal line is not an event this version can fold in, else None."""
+    if not isinstance(obj, dict):
+        return f"not a JSON object but {type(obj).__name__}"
+    seq = obj.get("seq", 0)
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        return f"seq {str(seq)[:40]!r} is not a non-negative integer"
+    event = obj.get("event")
+    if not isinstance(event, str) or event not in EVENTS:
+        return f"unknown event {str(event)[:40]!r}"
+    try:
+        if not math.isfinite(parse_time(obj.get("at"))):
+            raise ValueError
+    except (ValueError, TypeError, OverflowError):
+        return f"at {str(obj.get('at'))[:40]!r} is not a time"
+    for name, types in _FIELD_TYPES.items():
+        value = obj.get(name)
+        if not isinstance(value, types) or isinstance(value, bool):
+            return f"{name} is {type(value).__name__}, not {'/'.join(t.__name__ for t in types)}"
+    for name in _LIST_OF_DICTS:
+        if not all(isinstance(x, dict) for x in obj.get(name) or []):
+            return f"{name} holds something other than objects"
+    if not all(isinstance(x, str) for x in obj.get("checkpoints") or []):
+        return "checkpoints holds something other than ids"
+    return None
+
+
+def _no_surrogates(value: Any) -> Any:
+    """``value`` with every lone surrogate (valid in JSON text, not in UTF-8) replaced by
+    U+FFFD, so that nothing read from the journal can break a print or a reply."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_no_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_no_surrogates(k): _no_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def decode_line(line: str) -> tuple[Any, str | None]:
+    """(the event, None) for a good journal line, else (None, why it is skipped)."""
+    if len(line) > MAX_LINE:
+        return None, f"longer than {MAX_LINE >> 20} MiB"
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError) as e:
+        return None, f"not JSON ({str(e)[:80]})"
+    why = entry_problem(obj)
+    if why is not None:
+        return None, why
+    return (_no_surrogates(obj) if _SURROGATE_ESCAPE.search(line) else obj), None
+
+
+def read_lines(f: Any) -> Iterator[str]:
+    """The lines of a text file, each at most :data:`MAX_LINE` + 1 characters: the rest of a
+    longer one is read in bounded pieces and dropped (the line is then too long to decode)."""
+    while True:
+        line = f.readline(MAX_LINE + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE and not line.endswith("\n"):
+            while (rest := f.readline(1 << 20)) and not rest.endswith("\n"):
+                pass
+        yield line
 
 
 # ---------------------------------------------------------------------- time
@@ -174,14 +264,14 @@ class Journal:
         self.journal_path = self.dir / JOURNAL_FILE
         self.seq = 0
         self.log = log or _log
+        # Lines skipped on the last read (not JSON, wrong types, unknown events, too long):
+        # each is logged; status shows the count.
+        self.skipped_lines = 0
 
     def open(self) -> None:
         make_private_dir(self.dir)
         secure_tree(self.dir, self.log)
-        last = None
-        for entry in self.entries():
-            last = entry
-        self.seq = int(last.get("seq", 0)) if last else 0
+        self.seq = max((entry.get("seq", 0) for entry in self.entries()), default=0)
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -200,16 +290,22 @@ class Journal:
         return entry
 
     def entries(self, after_seq: int = 0) -> Iterator[dict[str, Any]]:
-        """Journal entries in order; a torn last line (crash mid-write) is skipped."""
+        """Journal entries in order. A line that is not an event (a torn last line after a
+        crash mid-write, an edit by hand, a newer version's event) is skipped with a warning
+        and counted in ``skipped_lines``: the journal is input, never a reason to fail."""
+        self.skipped_lines = 0
         if not self.journal_path.exists():
             return
-        with open(self.journal_path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    entry = json.loads(line)
-                except ValueError:
+        with open(self.journal_path, encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(read_lines(f), 1):
+                if not line.strip():
                     continue
-                if isinstance(entry, dict) and int(entry.get("seq", 0)) > after_seq:
+                entry, why = decode_line(line)
+                if entry is None:
+                    self.skipped_lines += 1
+                    self.log.warning("jupyter_pause: %s line %d skipped: %s",
+                                     self.journal_path, n, why)
+                elif entry.get("seq", 0) > after_seq:
                     yield entry
 
     def load_state(self) -> dict[str, Any] | None:
@@ -264,13 +360,10 @@ class History:
 
 
 def _parse_line(line: str) -> Event | None:
-    try:
-        obj = json.loads(line)
-        if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
-            return None
-        at = parse_time(obj.get("at"))
-    except (ValueError, TypeError):
+    obj, _ = decode_line(line)
+    if obj is None:
         return None
+    at = parse_time(obj["at"])
     rest = {k: v for k, v in obj.items() if k not in ("at", "event", "flight", "kind")}
     return Event(at=at, event=obj["event"], flight=obj.get("flight"), kind=obj.get("kind"),
                  fields=rest)
@@ -303,7 +396,7 @@ def read_journal(path: str) -> History:
     if not os.path.exists(path):
         return History(events=[], path=path)
     with open(path, encoding="utf-8", errors="replace") as fh:
-        history = parse_lines(fh)
+        history = parse_lines(read_lines(fh))
     history.path = path
     return history
 

@@ -3,6 +3,7 @@ kernel side, the server, the policy tools and the CLI share it)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
@@ -39,6 +40,8 @@ def parse_duration(text: str | float) -> float:
             value = float(t)
     except ValueError:
         raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 15m, 1h, 7d)") from None
+    if not math.isfinite(value):  # NaN passes every bound
+        raise ValueError(f"not a finite duration: {text!r}")
     if value < 0:
         raise ValueError(f"a duration cannot be negative: {text!r}")
     return value

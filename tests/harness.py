@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -74,6 +75,35 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 60.0,
+                what: str = "condition") -> Any:
+    """Poll ``predicate`` (sync or async) until it is true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s")
+        await asyncio.sleep(0.05)
+
+
+# Kernel code: a variable whose pickling announces itself (a marker file) and then takes
+# `seconds`, so a test acts while a checkpoint is known to be under way.
+SLOW_PICKLE = """
+import pathlib, time
+class Slow:
+    def __init__(self, marker, seconds):
+        self.marker, self.seconds = marker, seconds
+    def __getstate__(self):
+        pathlib.Path(self.marker).write_text("pickling")
+        time.sleep(self.seconds)
+        return {}
+"""
 
 
 def _end(proc: subprocess.Popen, grace: float | None) -> None:

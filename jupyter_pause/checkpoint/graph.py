@@ -11,18 +11,30 @@ unions the two variables. The walk is kept cheap for namespaces of millions of s
   traversed, so views and shared storage tie their variables together.
 Modules, module dicts (function globals), and classes/functions importable by name stop the walk:
 they are pickled by reference, so sharing them does not tie variables together.
+
+The walk is iterative (a linked list or a nested list of a million levels is a million small
+steps, never a recursion) and linear: set operations never iterate the whole ``owner`` map
+(``set - dict.keys()`` does, which made deep structures quadratic). Each variable's walk runs
+under ``time_limit``; one that takes longer is left out with a reason and the others go on.
+Numpy arrays and CPU torch storages are also keyed by the address range of their memory, so
+``torch.from_numpy(a)`` and ``t.numpy()`` tie their variables together like views do.
 """
 
 from __future__ import annotations
 
 import gc
 import sys
+import time
 import types
+from collections.abc import Callable
 from itertools import chain, compress, repeat
 from operator import not_
 from typing import Any
 
 _BATCH = 1 << 15
+_SMALL = 16  # a level this small (a chain's one node) skips the vectorised filtering
+_PENDING_MAX = 1 << 16  # leaf ids buffered in a list before they become one numpy array
+_TICK = 0.25  # seconds between progress callbacks during the walk
 _ATOMIC = (int, float, complex, str, bytes, bool, type(None), range, slice)
 
 
@@ -57,27 +69,55 @@ class Walk:
         self.groups: list[list[str]] = []
         self.big_bytes: dict[str, int] = {}
         self.array_ids: set[int] = set()  # numpy arrays reachable from the namespace
+        self.skipped: dict[str, str] = {}  # variables whose walk ran past the limit -> reason
+        # (lo, hi, obj) of memory that a numpy array and a CPU torch storage both use; obj is an
+        # ndarray owning its data or an UntypedStorage (the pickler rebuilds one over the other)
+        self.shared_mem: list[tuple[int, int, Any]] = []
 
 
-def group_variables(items: list[tuple[str, Any]], namespace: Any = None) -> Walk:
+class _WalkTimeout(Exception):
+    pass
+
+
+def group_variables(
+    items: list[tuple[str, Any]],
+    namespace: Any = None,
+    *,
+    time_limit: float | None = None,
+    tick: Callable[[int], None] | None = None,
+) -> Walk:
+    """Group ``items`` (name, value) into co-variable groups. ``time_limit``: seconds one
+    variable's walk may take (past it the variable is in ``skipped``, in no group); ``tick``:
+    called about every 0.25 s with the array/tensor bytes found so far (progress)."""
     was_enabled = gc.isenabled()
     gc.disable()  # a collection mid-walk could untrack dicts and hide an alias
     try:
-        return _group(items, namespace)
+        return _group(items, namespace, time_limit, tick)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _group(items: list[tuple[str, Any]], namespace: Any) -> Walk:
+def _group(items: list[tuple[str, Any]], namespace: Any, time_limit: float | None,
+           tick: Callable[[int], None] | None) -> Walk:
     walker = _Walker(namespace, len(items))
-    for vi, (_name, value) in enumerate(items):
-        walker.walk(vi, value)
+    walker.tick = tick
+    w = Walk()
+    for vi, (name, value) in enumerate(items):
+        walker.deadline = time.monotonic() + time_limit if time_limit and time_limit > 0 else None
+        try:
+            walker.walk(vi, value)
+        except _WalkTimeout:
+            walker.forget(vi)
+            w.skipped[name] = (f"its object graph took longer than {time_limit:g} s to walk "
+                               "(the variable_timeout)")
+    walker.deadline = None
     _union_shared_leaves(walker.np, walker.uf, walker.owner, walker.leaves, walker.leaf_sets)
+    w.shared_mem = _union_shared_memory(walker.mem, walker.uf)
     groups: dict[int, list[str]] = {}
     for vi, (name, _v) in enumerate(items):
-        groups.setdefault(walker.uf.find(vi), []).append(name)
-    w = Walk()
+        if name not in w.skipped:
+            groups.setdefault(walker.uf.find(vi), []).append(name)
     w.groups = list(groups.values())
     w.big_bytes = {name: walker.big[vi] for vi, (name, _v) in enumerate(items)}
     w.array_ids = walker.array_ids
@@ -114,6 +154,16 @@ class _Walker:
         self.leaf_sets: dict[int, set[int]] = {}  # the same without numpy
         self.big = [0] * n  # per variable: bytes of array/tensor memory it owns
         self.array_ids: set[int] = set()
+        self.pending: list[int] = []  # the current variable's leaf ids, not yet in numpy
+        self.mem: list[tuple[int, int, int, Any]] = []  # (lo, hi, variable, array or storage)
+        self.deadline: float | None = None
+        self.tick: Callable[[int], None] | None = None
+        self.last_tick = time.monotonic()
+        try:
+            from numpy.lib.array_utils import byte_bounds
+        except ImportError:  # numpy < 2
+            byte_bounds = getattr(np, "byte_bounds", None)
+        self.byte_bounds = byte_bounds
 
     def walk(self, vi: int, value: Any) -> None:
         """Breadth-first over everything variable ``vi`` reaches."""
@@ -130,10 +180,41 @@ class _Walker:
                     frontier.append(value)
             else:
                 self.add_leaves(vi, [value], frontier)
-        while frontier:
-            level, frontier = frontier, []
-            for refs in _batches(level):
-                self.step(refs, vi, frontier)
+        try:
+            while frontier:
+                level, frontier = frontier, []
+                for refs in _batches(level):
+                    self.step(refs, vi, frontier)
+                if self.deadline is not None or self.tick is not None:
+                    self.check()
+        finally:
+            self.flush_leaves(vi)
+
+    def check(self) -> None:
+        """Once a level: the time limit, and a progress tick now and then."""
+        now = time.monotonic()
+        if self.deadline is not None and now > self.deadline:
+            raise _WalkTimeout()
+        if self.tick is not None and now - self.last_tick >= _TICK:
+            self.last_tick = now
+            self.tick(sum(self.big))
+
+    def forget(self, vi: int) -> None:
+        """Undo what a timed-out walk of ``vi`` claimed: its half-walked objects must not hide
+        from later variables what they share (unions it made stay: grouping too much is safe)."""
+        owner = self.owner
+        for k in [k for k, o in owner.items() if o == vi]:
+            del owner[k]
+        self.leaves = [(v, a) for v, a in self.leaves if v != vi]
+        self.leaf_sets.pop(vi, None)
+        self.mem = [m for m in self.mem if m[2] != vi]
+        self.big[vi] = 0
+
+    def flush_leaves(self, vi: int) -> None:
+        np, ids = self.np, self.pending
+        if ids:
+            self.leaves.append((vi, np.array(ids, dtype=np.int64)))
+            self.pending = []
 
     def claim(self, key: Any, vi: int) -> bool:
         """Own ``key`` for variable vi; False (and union) if someone already did."""
@@ -150,6 +231,7 @@ class _Walker:
         if isinstance(r, types.ModuleType) or (
             isinstance(r, (type, types.FunctionType)) and _by_reference(r)
         ):
+            self.stop_ids.add(id(r))  # decided once: a chain's every node reaches its class
             return
         i = id(r)
         ndarray, tensor = self.ndarray, self.tensor
@@ -163,6 +245,8 @@ class _Walker:
             root = base.base if base.base is not None else base
             if self.claim(("mem", id(root)), vi):
                 self.big[vi] += base.nbytes
+                if self.tensor is not None:  # only torch can alias numpy memory unseen
+                    self.add_array_range(base, vi)
             return
         if tensor is not None and isinstance(r, tensor):
             if not self.claim(i, vi):
@@ -173,10 +257,26 @@ class _Walker:
                 st = None  # sparse/meta/wrapper tensors: the walk below still links them
             if st is not None and self.claim(("st", st._cdata), vi):
                 self.big[vi] += st.nbytes()
+                if st.device.type == "cpu" and st.nbytes():
+                    lo = st.data_ptr()
+                    self.mem.append((lo, lo + st.nbytes(), vi, st))
             nxt.append(r)  # a tensor's __dict__ / grad may hold more
             return
         if i not in self.stop_ids and self.claim(i, vi):
             nxt.append(r)  # a class or function defined in the notebook: walk into it
+
+    def add_array_range(self, base: Any, vi: int) -> None:
+        """The address range of an array's memory (``base``: its outermost ndarray)."""
+        if base.nbytes == 0 or base.dtype.hasobject:
+            return
+        if base.base is None:  # owns its data: one block from its data pointer
+            lo = base.__array_interface__["data"][0]
+            hi = lo + base.nbytes
+        elif self.byte_bounds is not None:
+            lo, hi = self.byte_bounds(base)
+        else:
+            return
+        self.mem.append((lo, hi, vi, base))
 
     def add_leaves(self, vi: int, objs: list, nxt: list) -> None:
         """Untracked mutable objects: record their identity; an untracked dict can still hold
@@ -199,14 +299,20 @@ class _Walker:
                         self.uf.union(owner[id(r)], vi)
                 else:
                     objs.append(r)  # a bytearray (an untracked dict holds no dict)
-        np = self.np
-        if np is not None:
-            self.leaves.append((vi, np.fromiter(map(id, objs), dtype=np.int64, count=len(objs))))
+        if self.np is not None:
+            # one numpy array per level would be a million tiny arrays for a deep chain
+            self.pending.extend(map(id, objs))
+            if len(self.pending) >= _PENDING_MAX:
+                self.flush_leaves(vi)
         else:
             self.leaf_sets.setdefault(vi, set()).update(map(id, objs))
 
     def step(self, refs: list, vi: int, frontier: list) -> None:
         """One batch of referents of variable vi's current level."""
+        if len(refs) <= _SMALL:
+            refs = self.step_small(refs, vi, frontier)
+            if not refs:
+                return
         # the filtering runs in C (map/compress); Python loops only over "slow" objects
         ndarray, owner, uf = self.ndarray, self.owner, self.uf
         tracked_flags = list(map(gc.is_tracked, refs))
@@ -236,11 +342,36 @@ class _Walker:
             o = owner[i]
             if o != vi:
                 uf.union(o, vi)
-        new = ids - owner.keys()
+        new = ids.difference(owner)  # not ``ids - owner.keys()``: that iterates all of owner
         if not new:
             return
         owner.update(dict.fromkeys(new, vi))
         frontier.extend({id(r): r for r in cands if id(r) in new}.values())
+
+
+    def step_small(self, refs: list, vi: int, frontier: list) -> list:
+        """A few referents (a deep chain's level): plain tracked objects handled one by one,
+        which for a handful beats building the vectorised lists; returns the rest for step."""
+        owner, stop, slow_t, leafy = self.owner, self.stop_ids, self.slow_tracked, self.leafy
+        rest = []
+        for r in refs:
+            if not gc.is_tracked(r):
+                if isinstance(r, leafy):
+                    rest.append(r)
+                continue
+            i = id(r)
+            if i in stop:
+                continue
+            o = owner.get(i)
+            if o is None:
+                if isinstance(r, slow_t):
+                    rest.append(r)
+                else:
+                    owner[i] = vi
+                    frontier.append(r)
+            elif o != vi:
+                self.uf.union(o, vi)
+        return rest
 
 
 def _batches(level: list) -> Any:
@@ -279,3 +410,29 @@ def _union_shared_leaves(np: Any, uf: _UF, owner: dict, leaves: list, leaf_sets:
                 if seen[i] != vi:
                     uf.union(seen[i], vi)
             seen.update(dict.fromkeys(ids - seen.keys(), vi))
+
+
+def _union_shared_memory(mem: list[tuple[int, int, int, Any]], uf: _UF) -> list:
+    """Union variables whose arrays/storages overlap in memory (one sort, one sweep); returns
+    the members of overlaps that mix numpy and torch, for the pickler to rebuild together."""
+    if len(mem) < 2:
+        return []
+    mem.sort(key=lambda m: m[0])
+    out: list[tuple[int, int, Any]] = []
+    cluster = [mem[0]]
+    hi = mem[0][1]
+
+    def close(c: list) -> None:
+        if len(c) > 1 and len({type(m[3]).__module__.split(".")[0] for m in c}) > 1:
+            out.extend((lo_, hi_, obj) for lo_, hi_, _vi, obj in c)
+
+    for m in mem[1:]:
+        if m[0] < hi:
+            uf.union(cluster[0][2], m[2])
+            cluster.append(m)
+            hi = max(hi, m[1])
+        else:
+            close(cluster)
+            cluster, hi = [m], m[1]
+    close(cluster)
+    return out

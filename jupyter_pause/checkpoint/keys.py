@@ -41,8 +41,9 @@ def count_checkpoints(store: Any) -> int:
     """How many manifest files ``store`` (a Store, a local path or an fsspec URL) holds.
 
     Counts files, signed or not: without the key nothing can be verified, and a store that looks
-    used is reason enough not to mint a key that would orphan it. Listed here rather than through
-    the Store API so that this check needs nothing but the location.
+    used is reason enough not to mint a key that would orphan it (so the error says "manifest
+    files", never "checkpoints signed with a key"). Listed here rather than through the Store
+    API so that this check needs nothing but the location.
     """
     url = str(getattr(store, "url", store))
     if "://" in url and not url.startswith("file://"):
@@ -92,7 +93,9 @@ def _missing_key(path: str, store: Any, count: int) -> KeyFileError:
     where = getattr(store, "url", store)
     return KeyFileError(
         f"checkpoint key file {path} is missing, but the store {where} holds {count} "
-        f"checkpoint(s) signed with a key; a new key would make them all unreadable. "
+        f"checkpoint manifest file(s), which only that key can verify (unsigned or forged ones "
+        f"are counted too: without the key they cannot be told apart); a new key would make "
+        f"every genuine one unreadable. "
         f"Restore the key file from a backup, or move the store aside (or set "
         f"c.PauseApp.store_url to a new store) to start afresh with a new key"
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 from typing import Any
 
 from . import tensors
@@ -26,47 +25,38 @@ class TensorPacks:
     def __init__(self, run: BlobPool, cache: WriteCache | None) -> None:
         self.run, self.cache = run, cache
         self.entries: list[dict[str, Any]] = []
-        self.memos: dict[int, tuple] = {}  # storage _cdata -> (storage, tensors seen, index)
         self.pending: list[tuple[int, Any, str]] = []
         self.pending_bytes = 0
         self.reuse: dict[str, list[tuple[int, Any, str]]] = {}  # old pack -> unchanged storages
-        self.hashes: dict[int, str] = {}  # index -> xxh3 of the storage (tensor_check="xxh3")
 
-    def add(self, us: Any, dtype: str, seen: list) -> int:
+    def add(self, us: Any, dtype: str) -> int:
         gi = len(self.entries)
-        run, cache = self.run, self.cache
-        old = None
-        # no tensor with a version counter on this storage (inference-mode tensors have none,
-        # or only the bare storage is referenced): fall back to hashing its bytes
-        hashed = cache is not None and (
-            cache.tensor_check == "xxh3" or (cache.tensor_check == "version" and not seen)
-        )
-        if hashed and us.device.type == "cpu":
-            import xxhash  # only with a change-detection cache
-
-            x = self.hashes[gi] = xxhash.xxh3_128(tensors.storage_bytes(us)).hexdigest()
-            old = cache.storage_hashes.get(x)
-            if old is not None and old.get("nbytes") != us.nbytes():
-                old = None
-        elif cache is not None and cache.tensor_check == "version":
-            old = cache.unchanged_storage(us, seen)
-        if old is not None and not run.has(old["blob"]):
-            old = None
+        cache = self.cache
+        x = old = None
+        if (cache is None or cache.tensor_check == "xxh3") and us.device.type != "meta":
+            # by content: a storage written through t.data, t.numpy() or .data of a parameter
+            # has changed although its _version has not. Recorded even without a cache, so a
+            # checkpoint taken after this one is restored can reuse what is unchanged.
+            x = tensors.storage_xxh3(us)
+        if cache is not None and x is not None:
+            old = cache.storage_entry(x, us.nbytes())
+            if old is not None and old.get("device") != tensors.record_device(us):
+                old = None  # same bytes, other device: the entry must say where it lives
+            if old is not None and not self.run.has(old["blob"]):
+                old = None  # gone, or no longer known good: written again
         if old is not None:
             # decided at the end: reused only if enough of the old pack is still in use
-            self.entries.append(dict(old, key=f"t{gi}"))
+            self.entries.append(dict(old, key=f"t{gi}", xxh3=x))
             self.reuse.setdefault(old["blob"], []).append((gi, us, dtype))
         else:
-            self.entries.append(self._new_entry(gi, us, dtype))
+            self.entries.append(self._new_entry(gi, us, dtype, x))
             self.pending.append((gi, us, dtype))
             self.pending_bytes += us.nbytes()
-        if cache is not None:
-            self.memos[us._cdata] = (us, seen, gi)
         return gi
 
     @staticmethod
-    def _new_entry(gi: int, us: Any, dtype: str) -> dict[str, Any]:
-        return {
+    def _new_entry(gi: int, us: Any, dtype: str, xxh3: str | None) -> dict[str, Any]:
+        e = {
             "key": f"t{gi}",
             "blob": None,
             "name": f"t{gi}",
@@ -75,6 +65,9 @@ class TensorPacks:
             "shape": [us.nbytes() // max(1, tensors.itemsize(dtype))],
             "nbytes": us.nbytes(),
         }
+        if xxh3 is not None:
+            e["xxh3"] = xxh3  # the next write's (or a restore's) change check
+        return e
 
     def _settle_reuse(self) -> None:
         """Reference an old pack only while at least half of it is still in use; otherwise
@@ -90,13 +83,10 @@ class TensorPacks:
                 run.known += used
                 continue
             for gi, us, dtype in items:
-                self.entries[gi] = self._new_entry(gi, us, dtype)
+                self.entries[gi] = self._new_entry(gi, us, dtype, self.entries[gi].get("xxh3"))
                 self.pending.append((gi, us, dtype))
                 self.pending_bytes += us.nbytes()
         self.reuse.clear()
-
-    def final_memos(self) -> dict[int, tuple]:
-        return {c: (us, seen, self.entries[gi]) for c, (us, seen, gi) in self.memos.items()}
 
     def flush(self, final: bool) -> None:
         if final:
@@ -126,24 +116,3 @@ class TensorPacks:
                 self.entries[gi]["blob"] = f
                 self.entries[gi]["pack_size"] = size
 
-
-class Memos(dict):
-    """Storage memos for the cache, built once the pack digests are known."""
-
-    def __init__(self, raw: dict, cache: WriteCache | None) -> None:
-        super().__init__()
-        for cdata, (us, seen, e) in raw.items():
-            if cache is None or e.get("blob") is None:
-                continue
-            self[cdata] = (us, seen, e)
-
-    def finalize(self) -> dict:
-        out = {}
-        for cdata, (us, seen, e) in self.items():
-            blob = e["blob"]
-            if isinstance(blob, cf.Future):
-                blob = blob.result()
-            fixed = {k: v for k, v in e.items() if k != "key"}
-            fixed["blob"] = blob
-            out[cdata] = WriteCache.memo(us, seen, fixed)
-        return out

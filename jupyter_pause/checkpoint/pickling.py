@@ -12,11 +12,14 @@ Both picklers share one ``reducer_override`` that
 - in the C pickler, hands classes/functions defined in ``__main__`` (and lambdas/closures) to dill,
   since the C pickler would store them by a name a fresh kernel does not have.
 Large contiguous buffers (numpy, pandas, pyarrow) leave the stream out of band (protocol 5).
+Memory that a numpy array and a torch tensor share (``torch.from_numpy``, ``Tensor.numpy``) is
+saved once: the side that does not own it is rebuilt over the other on load, so writes through
+one still show in the other. Structures too deep for the default stack are pickled (and
+unpickled) again in a thread with a big one (``deep.py``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import io
 import pickle
@@ -26,6 +29,7 @@ import types
 from typing import Any
 
 from . import reducers
+from .deep import call_deep
 
 # SkipVariable, StaleObject and take_load_notes: callers outside the package import them here too
 from .outcomes import (  # noqa: F401
@@ -177,6 +181,65 @@ def _rebuild_view(root: Any, offset: int, shape: tuple, strides: tuple, dtype: A
     return np.ndarray(shape, dtype=dtype, buffer=raw, offset=offset, strides=strides)
 
 
+def _array_over_storage(us: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
+    """A numpy array over a restored torch storage (``Tensor.numpy()`` memory): they share."""
+    import torch
+
+    if us.device.type != "cpu":  # mapped to a GPU on restore: numpy can only get a copy
+        us = us.cpu()
+    raw = torch.empty(0, dtype=torch.uint8).set_(us).numpy()
+    return _rebuild_view(raw, offset, shape, strides, dtype)
+
+
+def _storage_over_array(root: Any, offset: int, nbytes: int, dtype: str | None) -> Any:
+    """A torch storage over a restored numpy array (``torch.from_numpy`` memory): they share."""
+    import numpy as np
+    import torch
+
+    raw = root.reshape(-1, order="A") if root.ndim != 1 else root
+    raw = raw.view(np.uint8)[offset : offset + nbytes]
+    us = torch.from_numpy(raw).untyped_storage()
+    if dtype is None:
+        return us
+    return torch.storage.TypedStorage(wrap_storage=us, dtype=getattr(torch, dtype), _internal=True)
+
+
+def _extent(a: Any) -> tuple[int, int]:
+    try:
+        from numpy.lib.array_utils import byte_bounds
+    except ImportError:  # numpy < 2
+        from numpy import byte_bounds
+    return byte_bounds(a)
+
+
+def _owner_of(lo: int, hi: int, shared: list, kind: type) -> tuple[int, Any] | None:
+    """(start, object) of a ``kind`` entry of ``shared`` whose memory holds [lo, hi)."""
+    for s_lo, s_hi, o in shared:
+        if isinstance(o, kind) and s_lo <= lo and hi <= s_hi:
+            return s_lo, o
+    return None
+
+
+def _numpy_over_torch(obj: Any, shared: list) -> Any:
+    """An array whose memory torch owns (its base chain ends in a tensor, not an ndarray):
+    reduced over that storage, which the group's tensors save anyway."""
+    import numpy as np
+    import torch
+
+    base = obj
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    if base.base is None or obj.dtype.hasobject:
+        return NotImplemented  # numpy owns it: torch storages are rebuilt over it instead
+    lo, hi = _extent(obj)
+    hit = _owner_of(lo, hi, shared, torch.UntypedStorage)
+    if hit is None:
+        return NotImplemented
+    start, us = hit
+    offset = obj.__array_interface__["data"][0] - start
+    return (_array_over_storage, (us, offset, obj.shape, obj.strides, obj.dtype))
+
+
 def _view_reduce(obj: Any, array_ids: set[int], roots: set[int]) -> Any:
     import numpy as np
 
@@ -201,17 +264,18 @@ def _view_reduce(obj: Any, array_ids: set[int], roots: set[int]) -> Any:
 
 # -- the pickling context -----------------------------------------------------------------------
 class Ctx:
-    """What one pickling attempt collected: out-of-band buffers, storages, tensors seen."""
+    """What one pickling attempt collected: out-of-band buffers and storages."""
 
-    def __init__(self, oob_min: int = OOB_MIN, array_ids: set[int] | None = None) -> None:
+    def __init__(self, oob_min: int = OOB_MIN, array_ids: set[int] | None = None,
+                 shared_mem: list | None = None) -> None:
         self.oob_min = oob_min
         self.array_ids = array_ids or set()
+        self.shared_mem = shared_mem or []  # see graph.Walk.shared_mem
         self.view_roots: set[int] = set()  # roots of views pickled so far (kept alive by obj)
         self.buffers: list[memoryview] = []
         self.storages: list[Any] = []  # UntypedStorage, in stream index order
         self.storage_dtype: list[str] = []
         self._sidx: dict[int, int] = {}
-        self.tensors: list[tuple[Any, int, int]] = []  # (tensor, _version, storage _cdata)
 
     def buffer_callback(self, pb: pickle.PickleBuffer) -> bool:
         try:
@@ -229,6 +293,10 @@ class Ctx:
             us, dtype = obj._untyped_storage, str(obj.dtype).replace("torch.", "")
         else:
             us, dtype = obj, None
+        if self.shared_mem and us.device.type == "cpu" and us.nbytes():
+            over = self._over_numpy(us, dtype)
+            if over is not None:
+                return over
         key = us._cdata
         idx = self._sidx.get(key)
         if idx is None:
@@ -236,6 +304,20 @@ class Ctx:
             self.storages.append(us)
             self.storage_dtype.append(dtype or "uint8")
         return (_load_storage, (idx, dtype))
+
+
+    def _over_numpy(self, us: Any, dtype: str | None) -> tuple | None:
+        """A storage inside memory a numpy array owns (``torch.from_numpy``): rebuilt over
+        that array, which then travels in the stream instead of a pack."""
+        import numpy as np
+
+        lo = us.data_ptr()
+        owners = [m for m in self.shared_mem if isinstance(m[2], np.ndarray) and m[2].base is None]
+        hit = _owner_of(lo, lo + us.nbytes(), owners, np.ndarray)
+        if hit is None:
+            return None
+        start, root = hit
+        return (_storage_over_array, (root, lo - start, us.nbytes(), dtype))
 
 
 def _override(self: Any, obj: Any, strict: bool) -> Any:
@@ -249,6 +331,10 @@ def _override(self: Any, obj: Any, strict: bool) -> Any:
     if kind == _NDARRAY:
         if obj.base is None:
             return NotImplemented
+        if self.ctx.shared_mem:
+            r = _numpy_over_torch(obj, self.ctx.shared_mem)
+            if r is not NotImplemented:
+                return r
         return _view_reduce(obj, self.ctx.array_ids, self.ctx.view_roots)
     if kind == _MODULE:
         return (importlib.import_module, (obj.__name__,))
@@ -259,9 +345,6 @@ def _override(self: Any, obj: Any, strict: bool) -> Any:
             r = k[1](obj)
             if r is not NotImplemented:
                 return r
-        with contextlib.suppress(RuntimeError, NotImplementedError, TypeError):
-            # remembered for change detection; tensors without a storage have nothing to track
-            self.ctx.tensors.append((obj, obj._version, obj.untyped_storage()._cdata))
         return NotImplemented
     if kind == _STORAGE:
         return self.ctx.storage_ref(obj)
@@ -335,13 +418,30 @@ class _Frames:
 
 
 def dump_group(
-    values: dict[str, Any], oob_min: int = OOB_MIN, array_ids: set[int] | None = None
+    values: dict[str, Any], oob_min: int = OOB_MIN, array_ids: set[int] | None = None,
+    shared_mem: list | None = None,
 ) -> tuple[bytes, str, Ctx]:
     """Pickle ``values`` (name -> object) as one stream. Returns (stream, pickler name, ctx).
 
     Raises SkipVariable/StaleObject with a reason, or the pickler's own exception.
     """
-    ctx = Ctx(oob_min, array_ids)
+    try:
+        return _dump(values, oob_min, array_ids, shared_mem)
+    except RecursionError:
+        pass  # a deep structure: again, on a stack that holds it
+    try:
+        return call_deep(lambda: _dump(values, oob_min, array_ids, shared_mem))
+    except RecursionError:
+        raise SkipVariable(_TOO_DEEP) from None
+
+
+_TOO_DEEP = ("nested too deeply to pickle, even on a large stack (RecursionError); "
+             "Python 3.12/3.13 cap C recursion at a fixed depth")
+
+
+def _dump(values: dict[str, Any], oob_min: int, array_ids: set[int] | None,
+          shared_mem: list | None) -> tuple[bytes, str, Ctx]:
+    ctx = Ctx(oob_min, array_ids, shared_mem)
     buf = _Frames()
     try:
         FastPickler(buf, ctx).dump(values)
@@ -350,13 +450,23 @@ def dump_group(
         raise
     except Exception:  # noqa: BLE001, S110 - lambdas, closures, __main__ code: dill's job
         pass
-    ctx = Ctx(oob_min, array_ids)
+    ctx = Ctx(oob_min, array_ids, shared_mem)
     buf = _Frames()
     _dill_class()(buf, ctx).dump(values)
     return buf.getvalue(), "dill", ctx
 
 
 def load_group(stream: Any, pickler: str, buffers: list, resolver: Any) -> dict[str, Any]:
+    try:
+        got, notes = _load_group(stream, pickler, buffers, resolver)
+    except RecursionError:  # a deep structure's __setstate__ chain etc.: on a big stack
+        got, notes = call_deep(lambda: _load_group(stream, pickler, buffers, resolver))
+    if notes and isinstance(got, dict):
+        attribute_notes(got, notes)  # in the caller's thread: the notes are thread-local
+    return got
+
+
+def _load_group(stream: Any, pickler: str, buffers: list, resolver: Any) -> tuple[Any, list]:
     _load.resolver = resolver
     notes = start_notes()
     try:
@@ -369,6 +479,4 @@ def load_group(stream: Any, pickler: str, buffers: list, resolver: Any) -> dict[
     finally:
         _load.resolver = None
         stop_notes()
-    if notes and isinstance(got, dict):
-        attribute_notes(got, notes)
-    return got
+    return got, notes

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import gc
 import mmap
 import os
 import threading
 import time
-import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import env as _env
-from . import objectstore
+from . import goodblobs, objectstore
 from . import tensors as _tensors
-from .cache import prune_restored, remember_restored
+from .cache import remember_restored
 from .errors import CheckpointError, IntegrityError
 from .localfs import CHUNK, open_regular
 from .manifest import ReadResult, VariableReport
@@ -60,29 +58,34 @@ class _Verifier:
         h = blob_hasher()
         try:
             if not self.store.local:
+                stamp = self.store.blob_stamp(digest)  # before the bytes: a later rewrite differs
                 keep, n = self._read_remote(digest, path, size, h)
             else:
-                keep, n = self._read_local(digest, path, size, h)
+                keep, n, stamp = self._read_local(digest, path, size, h)
         except FileNotFoundError:
             raise self._bad(digest, "is missing from the store") from None
         except OSError as e:
             raise CheckpointError(
                 f"checkpoint {self.m.id}: cannot read blob {digest[:12]}: {e.strerror or e}"
             ) from None
-        if n != size:
-            raise self._bad(digest, f"has the wrong size ({n} != {size})")
-        if h.hexdigest() != digest:
+        if n != size or h.hexdigest() != digest:
+            goodblobs.forget(self.store.url, digest)  # never reused: the next write rewrites it
+            if n != size:
+                raise self._bad(digest, f"has the wrong size ({n} != {size})")
             raise self._bad(digest, "is corrupt (digest mismatch)")
+        goodblobs.remember(self.store.url, digest, stamp)
         self.data[digest] = keep
 
-    def _read_local(self, digest: str, path: str, size: int, h: Any) -> tuple[Any, int]:
+    def _read_local(self, digest: str, path: str, size: int,
+                    h: Any) -> tuple[Any, int, goodblobs.Stamp | None]:
         # one descriptor, no link followed; a private writable buffer (restored arrays and
         # tensors use it zero-copy and stay writable)
         if not self.store.inside(path):
             raise self._bad(digest, "is behind a link out of the store")
         fd = open_regular(path)
         try:
-            n = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            n = st.st_size
             if n != size:
                 raise self._bad(digest, f"has the wrong size ({n} != {size})")
             with contextlib.suppress(AttributeError, OSError):
@@ -115,9 +118,13 @@ class _Verifier:
                     pipe.shutdown(wait=True)
             if got == n and os.read(fd, 1):
                 got += 1  # grew while we read: the size check below refuses it
+            # the file as it was before the read, unless it changed meanwhile
+            after = os.fstat(fd)
+            same = (after.st_mtime_ns, after.st_ctime_ns) == (st.st_mtime_ns, st.st_ctime_ns)
+            stamp = self.store.blob_stamp(digest, st) if same else None
         finally:
             os.close(fd)
-        return buf, got
+        return buf, got, stamp
 
     def _read_remote(self, digest: str, path: str, size: int, h: Any) -> tuple[Any, int]:
         # streamed by ranges into one private buffer, hashed as it lands: the buffer that is
@@ -167,40 +174,16 @@ def _private_buffer(n: int) -> Any:
     return bytearray(n)
 
 
-def _remember(store: Store, m: Any, g: dict, got: dict, storages: dict, forced: Any) -> None:
-    """Tell the process's write caches which storages came unchanged out of which pack entry."""
-    import torch  # only for checkpoints with tensors
-
-    prune_restored()
-    by_cdata = {}
+def _remember(store: Store, m: Any, g: dict, storages: dict) -> None:
+    """Tell the process's write caches which pack entries came back as storages (on the device
+    they were recorded on): the next write reuses those whose bytes still hash the same."""
+    entries = []
     for ti in g["tensors"]:
-        us = storages.get(ti)
-        te = m.tensors[ti]
-        if us is not None and str(us.device) == te["device"]:
-            by_cdata[us._cdata] = (us, te, [])
-    if not by_cdata:
-        return
-    seen: set[int] = set()
-    frontier = list(got.values())
-    budget = 200_000  # model/optimizer graphs are small; never walk a huge object graph here
-    while frontier and budget > 0:
-        nxt = []
-        for o in frontier:
-            if id(o) in seen or isinstance(o, (type, types.ModuleType, types.FunctionType)):
-                continue
-            seen.add(id(o))
-            budget -= 1
-            if isinstance(o, torch.Tensor):
-                try:
-                    hit = by_cdata.get(o.untyped_storage()._cdata)
-                except (RuntimeError, NotImplementedError, TypeError):
-                    hit = None
-                if hit is not None:
-                    hit[2].append(o)
-            nxt.extend(r for r in gc.get_referents(o) if gc.is_tracked(r))
-        frontier = nxt
-    for us, te, tensors in by_cdata.values():
-        remember_restored(store.url, us, tensors, te)
+        us, te = storages.get(ti), m.tensors[ti]
+        if us is not None and isinstance(te, dict) and str(us.device) == te.get("device"):
+            entries.append(te)
+    if entries:
+        remember_restored(store.url, entries)
 
 
 def read(
@@ -286,7 +269,7 @@ def read(
                 if wanted is None or n in wanted:
                     values[n] = got[n]
             if g["tensors"]:
-                _remember(store, m, g, got, storages, forced)
+                _remember(store, m, g, storages)
     finally:
         packs.close()
 

@@ -53,7 +53,7 @@ from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
 
-from . import localfs, objectstore, uploads
+from . import goodblobs, localfs, objectstore, uploads
 from .errors import CheckpointError, IntegrityError, NotFoundError, StorageFullError
 from .manifest import Manifest, parse, verify
 
@@ -249,6 +249,7 @@ class Store:
             log.debug("could not remove %s: %s", path, e)
 
     def delete_blob(self, digest: str) -> None:
+        goodblobs.forget(self.url, digest)
         self.remove(self.blob_path(digest))
 
     def remove_manifest(self, m: Manifest) -> None:
@@ -349,23 +350,46 @@ class Store:
     def has_blob(self, digest: str) -> bool:
         return self.exists(self.blob_path(digest))
 
-    def claim_blob(self, digest: str, size: int | None = None) -> bool:
-        """True if the blob exists; locally also refresh its mtime, so a concurrent gc (which
-        spares blobs newer than a running write's lease) cannot remove it while this write is
-        about to reference it."""
-        if not self.local:
-            return self.has_blob(digest)
+    def blob_stamp(self, digest: str, st: os.stat_result | None = None) -> goodblobs.Stamp | None:
+        """What changes with any rewrite of the blob's file (:mod:`.goodblobs`); None when it is
+        missing, not a plain file inside the store, or (object stores) has no identity."""
         path = self.blob_path(digest)
-        if not localfs.inside(self.root, path):
-            return False  # behind a linked folder: put_blob refuses to write there
+        if self.local:
+            if st is None:
+                if not localfs.inside(self.root, path):
+                    return None
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    return None
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         try:
-            st = os.lstat(path)
-        except OSError:
+            info = self.fs.info(path)
+        except (FileNotFoundError, OSError):
+            return None
+        except Exception as e:  # noqa: BLE001 - a client's own errors: unknown, so not trusted
+            log.debug("no stamp for %s: %s", path, e)
+            return None
+        ident = [str(info.get(k)) for k in ("generation", "ETag", "etag", "md5Hash", "crc32c")
+                 if info.get(k) is not None]
+        return (int(info.get("size") or 0), *ident) if ident else None
+
+    def claim_blob(self, digest: str, size: int | None = None) -> bool:
+        """True if the blob exists and is known good (:mod:`.goodblobs`: this process hashed it
+        and the file is unchanged since), so a write may reference it without writing it.
+        Locally also refresh its mtime, so a concurrent gc (which spares blobs newer than a
+        running write's lease) cannot remove it while this write is about to reference it."""
+        stamp = self.blob_stamp(digest)
+        if stamp is None or not goodblobs.is_good(self.url, digest, stamp):
             return False
-        if not stat.S_ISREG(st.st_mode) or (size is not None and st.st_size != size):
-            return False  # a planted link or a wrong file: put_blob replaces it with the blob
-        with contextlib.suppress(OSError):
-            os.utime(path, follow_symlinks=False)
+        if size is not None and stamp[2 if self.local else 0] != size:
+            return False
+        if self.local:
+            with contextlib.suppress(OSError):
+                os.utime(self.blob_path(digest), follow_symlinks=False)
+            goodblobs.remember(self.url, digest, self.blob_stamp(digest))
         return True
 
     def put_blob(
@@ -404,14 +428,19 @@ class Store:
         if self.claim_blob(digest, size):
             os.unlink(tmp)
         else:
+            # missing, or a file this process cannot vouch for (it may be damaged in place):
+            # the bytes just hashed replace it atomically
             d = os.path.dirname(final)
             new_dir = not os.path.lexists(d)
             self._makedirs(d)  # refuses a folder that is a link (the blob would land outside)
             if new_dir:
                 txn.dirs.add(os.path.dirname(d))
+            existed = os.path.lexists(final)
             os.replace(tmp, final)
-            txn.created.add(digest)
+            if not existed:
+                txn.created.add(digest)  # an abort removes only what this write added
             txn.dirs.add(d)
+            goodblobs.remember(self.url, digest, self.blob_stamp(digest))
         txn.temps.discard(tmp)
         return digest, size
 
@@ -429,14 +458,20 @@ class Store:
         size = objectstore.hash_source(source(), h)
         digest = h.hexdigest()
         final = self.blob_path(digest)
-        if self.fs.exists(final):
+        if self.claim_blob(digest, size):
             if progress:
                 progress(size)
             return digest, size
+        # missing, or an object this process cannot vouch for: uploaded (again)
+        existed = self.fs.exists(final)
         assert self.budget is not None  # set for every object store
         uploads.upload(self.fs, final, source, size, digest, blob_hasher(), self.budget, progress)
-        txn.created.add(digest)
+        if not existed:
+            txn.created.add(digest)
         txn.bytes_written += size
+        with contextlib.suppress(Exception):  # a cache refresh the next write does not need
+            self.fs.invalidate_cache(final)
+        goodblobs.remember(self.url, digest, self.blob_stamp(digest))
         return digest, size
 
     def sync(self, txn: Txn) -> None:

@@ -101,6 +101,20 @@ def host_pieces(us: Any, piece: int = HOST_PIECE):
         yield memoryview(flat[a : a + piece].cpu().numpy())
 
 
+def storage_xxh3(us: Any) -> str:
+    """xxh3-128 of a storage's bytes: in place for a CPU storage, a piece at a time through
+    host memory for a device storage (bounded host memory, as for the write)."""
+    import xxhash  # only with a change-detection cache
+
+    h = xxhash.xxh3_128()
+    if us.device.type == "cpu":
+        h.update(storage_bytes(us))
+    else:
+        for piece in host_pieces(us):
+            h.update(piece)
+    return h.hexdigest()
+
+
 def resolve_device(policy: str) -> str | None:
     """Validate a device policy; returns None for 'auto'."""
     if policy == "auto":

@@ -24,7 +24,7 @@ from .errors import CheckpointError
 from .graph import Walk, group_variables
 from .manifest import FORMAT, Manifest, VariableReport, WriteResult, sign
 from .outcomes import SkipVariable
-from .packs import Memos, TensorPacks
+from .packs import TensorPacks
 from .pickling import OOB_MIN, dump_group, reason_of
 from .retention import retain
 from .store import Store, open_store
@@ -95,7 +95,10 @@ def write(
     try:
         # big plain arrays start hashing/writing now, overlapping the walk and the pickling
         prewritten = _prewrite_arrays(pool, items, max_size)
-        walk = group_variables(items, namespace)
+        # the walk runs under the same per-variable limit as the pickling (a deep structure
+        # must not hold the checkpoint), and ticks progress with the array bytes found so far
+        walk = group_variables(items, namespace, time_limit=unit_timeout,
+                               tick=lambda big: _walk_progress(pool, big))
     except BaseException:
         pool.shutdown()
         txn.abort()
@@ -158,13 +161,14 @@ class _Units:
         self.storages: dict[int, int] = {}  # storage _cdata -> index into the manifest's tensors
         self.packs = TensorPacks(pool, cache)
         self.tensor_entries: list[dict[str, Any]] = []
-        self.memos: Memos | None = None
 
     # -- pickling ------------------------------------------------------------------------------
     def save_all(self) -> None:
         # groups holding large arrays/tensors first: their writes then overlap the pickling of
         # object-heavy groups (which is CPU-bound)
         big = self.walk.big_bytes
+        for n, reason in self.walk.skipped.items():
+            self.status[n] = ("skipped", reason)
         for names in sorted(self.walk.groups, key=lambda g: -sum(big.get(n, 0) for n in g)):
             est = sum(big.get(n, 0) for n in names)
             if self.max_size is not None and est > self.max_size:
@@ -176,7 +180,7 @@ class _Units:
         # unit_timeout: a unit still pickling after it is skipped with that reason
         group = {n: self.namespace[n] for n in names}
         return call_with_limit(self.unit_timeout, dump_group, group,
-                               array_ids=self.walk.array_ids)
+                               array_ids=self.walk.array_ids, shared_mem=self.walk.shared_mem)
 
     def _fail(self, name: str, e: BaseException) -> None:
         st = e.status if isinstance(e, SkipVariable) else "skipped"
@@ -255,14 +259,11 @@ class _Units:
     def _tensor_indices(self, ctx: Any) -> list[int]:
         """Indices into the manifest's tensors of the unit's storages (a storage shared with an
         earlier unit is stored once)."""
-        seen: dict[int, list] = {}
-        for t, v, cdata in ctx.tensors:
-            seen.setdefault(cdata, []).append((t, v))
         out = []
         for us, dt in zip(ctx.storages, ctx.storage_dtype):
             g = self.storages.get(us._cdata)
             if g is None:
-                g = self.storages[us._cdata] = self.packs.add(us, dt, seen.get(us._cdata, []))
+                g = self.storages[us._cdata] = self.packs.add(us, dt)
             out.append(g)
         return out
 
@@ -281,7 +282,6 @@ class _Units:
                 entry["stream"]["future"] = bf
         self.packs.flush(final=True)
         self.tensor_entries = self.packs.entries
-        self.memos = Memos(self.packs.final_memos(), self.pool.cache)
         self.pool.wait()
         for entry in self.groups:
             s = entry["stream"]
@@ -331,12 +331,11 @@ class _Units:
         )
 
     def update_cache(self, cache: WriteCache) -> None:
-        """What the next write may reuse: this one's chunks, storages and storage hashes."""
+        """What the next write may reuse: this one's chunks and storage hashes."""
         cache.chunks = dict(self.pool.new_chunks)
-        cache.storages = self.memos.finalize() if self.memos is not None else {}
         cache.storage_hashes = {
-            x: {k: v for k, v in self.tensor_entries[gi].items() if k != "key"}
-            for gi, x in self.packs.hashes.items()
+            te["xxh3"]: {k: v for k, v in te.items() if k != "key"}
+            for te in self.tensor_entries if "xxh3" in te
         }
 
 
@@ -358,6 +357,11 @@ def _retain(store: Store, stream: str, keep: int | None, key: bytes,
     except Exception as e:  # noqa: BLE001 - the checkpoint is safe; gc() can clean up
         warnings.append(f"retention clean-up failed: {reason_of(e)}")
     return warnings
+
+
+def _walk_progress(pool: BlobPool, big: int) -> None:
+    pool.estimate = big
+    pool.report()
 
 
 def _address(mv: memoryview) -> tuple[int, int]:
@@ -405,4 +409,10 @@ def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _mb(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
+    """Bytes in the unit that shows them (``--max-size 1K`` must not read "0.0 MiB"); the
+    checkpoint library imports nothing of ours, so not jupyter_pause.units."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"

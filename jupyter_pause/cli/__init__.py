@@ -16,8 +16,8 @@ import argparse
 import sys
 
 from . import kube, policy, workspace
-from .client import ApiError, NoServer, server_options
-from .exits import EXIT_FAIL, EXIT_NO_SERVER
+from .client import ApiError, NoServer, UsageError, server_options
+from .exits import EXIT_FAIL, EXIT_NO_SERVER, EXIT_USAGE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit code."""
+    # Journal text and server messages may hold any character: an unencodable one is shown
+    # escaped rather than ending the command with a UnicodeEncodeError.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -43,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     except NoServer as e:
         print(f"jupyter pause: {e}", file=sys.stderr)
         return EXIT_NO_SERVER
+    except UsageError as e:
+        print(f"jupyter pause: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except ApiError as e:
         print(f"jupyter pause: {e}", file=sys.stderr)
         return EXIT_FAIL

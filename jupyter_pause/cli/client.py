@@ -17,9 +17,15 @@ from typing import Any
 
 from jupyter_core.paths import jupyter_runtime_dir
 
+from ..configcheck import url_problem
+
 
 class NoServer(Exception):
     """No Jupyter server could be found or reached."""
+
+
+class UsageError(Exception):
+    """A value given on the command line (or in the environment) that cannot be used: exit 2."""
 
 
 class ApiError(Exception):
@@ -34,6 +40,11 @@ class Client:
     """A small client of jupyter-pause's REST API."""
 
     def __init__(self, url: str, token: str = "", timeout: float = 30.0):
+        why = url_problem(url, what="server URL")
+        if why is None and urllib.parse.urlsplit(url).scheme.lower() not in ("http", "https"):
+            why = f"{url!r} is not an http:// or https:// server URL"
+        if why:
+            raise UsageError(why)
         self.url = url.rstrip("/") + "/"
         self.token = token
         self.timeout = timeout

@@ -16,6 +16,8 @@ import os
 import sys
 from typing import Any
 
+from .argtypes import count, number
+from .client import server_options
 from .config import pause_app
 from .exits import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 
@@ -164,36 +166,35 @@ def add_resume_arguments(resume: argparse.ArgumentParser) -> None:
                         help="Kubeflow Workspace, StatefulSet or pod to resume from outside it "
                         "(with --namespace)")
     resume.add_argument("--namespace", "-n", default=None, help="the workspace's namespace")
-    resume.add_argument("--poll", type=float, default=1.0, help=argparse.SUPPRESS)
+    resume.add_argument("--poll", type=number(positive=True), default=1.0, help=argparse.SUPPRESS)
     _kube_options(resume)
 
 
 def register(sub: Any) -> None:
     """Add doctor and snapshots to the ``jupyter pause`` subparsers."""
-    p = sub.add_parser("doctor", help="check what a pod-snapshot pause needs, in the pod")
+    p = sub.add_parser("doctor", parents=[server_options(argparse.SUPPRESS)],
+                       help="check what a pod-snapshot pause needs, in the pod")
     p.add_argument("--backend", choices=["gke", "kubeflow"], default="gke")
     p.add_argument("--namespace", "-n", default=None, help="default: POD_NAMESPACE")
     p.add_argument("--pod", default=None, help="default: POD_NAME or the hostname")
     p.add_argument("--storage-config", default="jupyter-pause-snapshots")
     p.add_argument("--policy", default=None,
                    help="PodSnapshotPolicy name (default jp-<workspace>, or GKE Workspaces')")
-    p.add_argument("--json", action="store_true", help="print JSON")
     _kube_options(p)
     p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("snapshots", help="clean a workspace's pod snapshots (snapshots, "
+    p = sub.add_parser("snapshots", parents=[server_options(argparse.SUPPRESS)], help="clean a workspace's pod snapshots (snapshots, "
                        "then triggers, the policy last)")
     p.add_argument("workspace", help="the workspace label value (jupyter-pause.io/workspace)")
     p.add_argument("--namespace", "-n", required=True)
-    p.add_argument("--keep", type=int, default=1,
+    p.add_argument("--keep", type=count, default=1,
                    help="Ready snapshots kept, newest first (0: no count limit)")
-    p.add_argument("--older-than", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--older-than", type=number(), default=None, metavar="SECONDS",
                    help="keep snapshots younger than this")
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--teardown", action="store_true",
                    help="delete every snapshot (pinned and young ones excepted), then the policy "
                         "once nothing is left")
     p.add_argument("--policy", default=None, help="policy name (default jp-<workspace>)")
-    p.add_argument("--json", action="store_true")
     _kube_options(p)
     p.set_defaults(func=cmd_snapshots)

@@ -28,6 +28,7 @@ from ..policy.whatif import (
     trace_from_journal,
 )
 from ..units import parse_duration
+from .argtypes import count, number
 from .client import ApiError, NoServer, find_server, server_options
 from .config import pause_app
 from .exits import EXIT_FAIL, EXIT_OK
@@ -51,9 +52,12 @@ def parse_age(text: str | None) -> float | None:
     if text is None:
         return None
     try:
-        return parse_duration(text)
+        value = parse_duration(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    if value > 1e10:  # the server's bound too: past ~300 years an age is a typo
+        raise argparse.ArgumentTypeError(f"{text!r} is longer than any checkpoint can be old")
+    return value
 
 
 # ------------------------------------------------------------------ report
@@ -151,6 +155,9 @@ def _from_server_format(res: dict[str, Any]) -> dict[str, Any]:
 def _offline_gc(args: argparse.Namespace) -> dict[str, Any]:
     """Straight to the store, with the server's configuration for what the flags leave out."""
     app = pause_app()
+    if args.keep is None and "keep_checkpoints" in app.config_problems:
+        raise gc_mod.GCError(f"PauseApp.keep_checkpoints is invalid "
+                             f"({app.config_problems['keep_checkpoints']}); fix it or pass --keep")
     backend = resolve_backend_class(args.backend)(config=app.config) if args.backend else None
     return asyncio.run(gc_mod.run_gc(
         store_url=args.store or app.store_url or None,
@@ -238,7 +245,7 @@ def register(sub: Any) -> None:
                     "snapshots and triggers, then checkpoints beyond the policy, then blobs no "
                     "checkpoint references. Goes through the running server when there is one; "
                     "otherwise (or with --offline) straight to the store.")
-    p.add_argument("--keep", type=int, default=None, help="checkpoints kept per notebook, 0 for "
+    p.add_argument("--keep", type=count, default=None, help="checkpoints kept per notebook, 0 for "
                    "no count limit (default: the server's PauseApp.keep_checkpoints)")
     p.add_argument("--older-than", type=parse_age, default=None, metavar="AGE",
                    help="only delete checkpoints older than AGE (90s, 30m, 12h, 7d)")
@@ -252,28 +259,27 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_gc)
 
     p = sub.add_parser(
-        "report", help="accelerator-hours held/released, pauses, resumes, sizes, times; what-if",
+        "report", parents=[server_options(argparse.SUPPRESS)], help="accelerator-hours held/released, pauses, resumes, sizes, times; what-if",
         description="Cost and capacity report from the journal (journal.jsonl in the state dir).")
     p.add_argument("--journal", help="journal.jsonl to read (default: the server's state dir)")
     p.add_argument("--state-dir", help="the server's state dir (PauseApp.state_dir)")
     p.add_argument("--period", choices=("day", "week", "all"), default="day")
     p.add_argument("--since", help="start of the window (ISO-8601 or epoch s)")
     p.add_argument("--until", help="end of the window (default: now)")
-    p.add_argument("--accelerators", type=float, default=1.0,
+    p.add_argument("--accelerators", type=number(), default=1.0,
                    help="accelerator count when the journal does not say (default 1)")
     p.add_argument("--whatif", action="store_true", help="add the idle-threshold what-if")
     p.add_argument("--thresholds", help="idle thresholds for the what-if (default 15m,1h,4h)")
     p.add_argument("--trace", help="activity trace (CSV start,end[,kind] or JSONL; its own "
                                    "window) instead of the journal's activity")
-    p.add_argument("--capture-s", type=float, help="seconds to pause (default: measured)")
-    p.add_argument("--restore-s", type=float, help="seconds to resume (default: measured)")
-    p.add_argument("--price", type=float, help="price of one accelerator-hour (adds 'saved')")
-    p.add_argument("--json", action="store_true", help="JSON instead of tables")
+    p.add_argument("--capture-s", type=number(), help="seconds to pause (default: measured)")
+    p.add_argument("--restore-s", type=number(), help="seconds to resume (default: measured)")
+    p.add_argument("--price", type=number(), help="price of one accelerator-hour (adds 'saved')")
     p.add_argument("--plot", metavar="FILE.png", help="also write a PNG chart (matplotlib)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(
-        "validate", help="upgrade check: prepare before, check after (live/restored/fresh)",
+        "validate", parents=[server_options(argparse.SUPPRESS)], help="upgrade check: prepare before, check after (live/restored/fresh)",
         description=validate_mod.__doc__, epilog=EPILOG_VALIDATE,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=("prepare", "check"))
@@ -286,6 +292,6 @@ def register(sub: Any) -> None:
                         "backend's pause); default: leave it running")
     p.add_argument("--keep-kernel", action="store_true",
                    help="check: leave the prepared kernel running afterwards")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per kernel step")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--timeout", type=number(positive=True), default=120.0,
+                   help="seconds per kernel step")
     p.set_defaults(func=cmd_validate)

@@ -15,6 +15,7 @@ from typing import Any
 from ..server.pausereport import trigger_text
 from ..units import format_bytes
 from . import kube
+from .argtypes import number
 from .client import ApiError, Client, client_from_args, server_options
 from .exits import EXIT_FAIL, EXIT_OK
 
@@ -196,7 +197,8 @@ def register(sub: Any) -> None:
                              ("pause", cmd_pause, "pause the workspace")):
         p = sub.add_parser(name, parents=[common], help=text)
         p.add_argument("--wait", action="store_true", help="follow the state until it settles")
-        p.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits")
+        p.add_argument("--timeout", type=number(positive=True), default=3600.0,
+                       help="seconds --wait waits")
         if name == "pause":
             p.add_argument("--interrupt", action="store_true",
                            help="interrupt busy kernels instead of refusing")

@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 
 from traitlets.config import LoggingConfigurable
 
+from ..configcheck import ValidatedConfig
+
 ENTRY_POINT_GROUP = "jupyter_pause.backends"
 
 # Backends shipped in this package, used when the entry points are not installed (a source
@@ -108,6 +110,9 @@ class ResumeContext(_Context):
 
     pause: dict[str, Any] = dataclasses.field(default_factory=dict)
     kernel_map: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Kernels running at resume that no paused session owned ({kernel_id, path, reason}):
+    # never restored into; the resume report names them.
+    other_kernels: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 class BackendError(Exception):
@@ -120,7 +125,7 @@ class BackendError(Exception):
         self.hint = hint
 
 
-class Backend(LoggingConfigurable):
+class Backend(ValidatedConfig, LoggingConfigurable):
     """Base class of every backend; subclasses are configured as ``c.<ClassName>.<trait>``."""
 
     name: ClassVar[str] = "base"

@@ -22,10 +22,11 @@ the trigger at pause time.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from traitlets import Bool, Enum, Float, Unicode
+from traitlets import Bool, Enum, Float, Unicode, validate
 
+from .. import configcheck as cc
 from .base import BackendError, PauseContext
 from .gkw import gkw_manages_pod, gkw_policy_name
 from .kube import (
@@ -66,6 +67,14 @@ class GKEBackend(PodBackend):
                         "starts, not at the first pause: GKE restores a pod only when a policy "
                         "selects it, and an admin may want to see or adjust it first.").tag(
         config=True)
+
+    _own_checks: ClassVar[dict[str, cc.Check]] = {"retention": cc.gke_duration, "trigger_timeout": cc.seconds(positive=True),
+                   "snapshot_timeout": cc.seconds(positive=True), "discard_wait": cc.seconds()}
+    config_checks: ClassVar[dict[str, cc.Check]] = {**PodBackend.config_checks, **_own_checks}
+
+    @validate(*_own_checks)
+    def _validate_gke_config(self, proposal: Any) -> Any:
+        return self._checked(proposal)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

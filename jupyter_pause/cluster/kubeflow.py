@@ -10,10 +10,11 @@ opt-in, then the WorkspaceKind's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from traitlets import Float
+from traitlets import Float, validate
 
+from .. import configcheck as cc
 from .base import BackendError, PauseContext
 from .kube import (
     GKW_LAST_CHECKPOINT_ANNOTATION,
@@ -36,6 +37,11 @@ class KubeflowBackend(PodBackend):
 
     checkpoint_timeout = Float(1800.0, help="Seconds to follow GKE Workspaces' checkpoint-state "
                                "before reporting the pod snapshot as failed.").tag(config=True)
+    config_checks: ClassVar[dict[str, cc.Check]] = {**PodBackend.config_checks, "checkpoint_timeout": cc.seconds(positive=True)}
+
+    @validate("checkpoint_timeout")
+    def _validate_kubeflow_config(self, proposal: Any) -> Any:
+        return self._checked(proposal)
 
     async def why_not(self) -> str | None:
         why = await self.feature_missing(

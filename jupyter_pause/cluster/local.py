@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
-from traitlets import Bool, Float
+from traitlets import Bool, Float, validate
 
+from .. import configcheck as cc
 from ..kernelclient import kernel_info_answer
 from .base import Backend, BackendError, KernelRecord, PauseContext, ResumeContext
 
@@ -30,6 +31,13 @@ class LocalBackend(Backend):
     kernel_start_timeout = Float(120.0, help="Seconds to wait for a kernel to start on resume.").tag(
         config=True
     )
+
+    config_checks: ClassVar[dict[str, cc.Check]] = {"kernel_start_timeout": cc.seconds(positive=True)}
+    resume_traits = frozenset({"kernel_start_timeout"})
+
+    @validate(*config_checks)
+    def _validate_config(self, proposal: Any) -> Any:
+        return self._checked(proposal)
 
     async def snapshot(self, ctx: PauseContext) -> dict[str, Any]:
         # No process snapshot on a workstation: the application checkpoint is the way back.
@@ -56,6 +64,10 @@ class LocalBackend(Backend):
                 kid = await self._start_ready(ctx, rec)
                 started.append(kid)
             ctx.kernel_map[rec.kernel_id] = kid
+        ctx.other_kernels = await _other_kernels(ctx)
+        for k in ctx.other_kernels:
+            self.log.warning("jupyter_pause: kernel %s (%s) %s", k["kernel_id"][:8],
+                             k["path"] or "no session", k["reason"])
         return {"started_kernels": started}
 
     async def attach(self, ctx: ResumeContext) -> None:
@@ -65,10 +77,18 @@ class LocalBackend(Backend):
             if not rec.path or rec.kernel_id not in ctx.kernel_map:
                 continue
             kid = ctx.kernel_map[rec.kernel_id]
-            current = await _session_for_path(sm, rec.path)
+            # The paused session itself when it is still there (at the path it was given since,
+            # by a PATCH), else the notebook's session now (its kernel is in other_kernels).
+            current = (await _session_by_id(sm, rec.session_id)
+                       or await _session_for_path(sm, rec.path))
             if current is not None:
+                changes: dict[str, Any] = {}
                 if current["kernel"]["id"] != kid:
-                    await sm.update_session(current["id"], kernel_id=kid)
+                    changes["kernel_id"] = kid
+                if current.get("path") != rec.path:  # renamed by the contents API meanwhile
+                    changes["path"] = rec.path
+                if changes:
+                    await sm.update_session(current["id"], **changes)
                 continue
             sid = rec.session_id or str(uuid.uuid4())
             if await _session_exists(sm, sid):
@@ -81,14 +101,16 @@ class LocalBackend(Backend):
             )
 
     async def _kernel_for(self, ctx: ResumeContext, rec: KernelRecord) -> str | None:
-        """A kernel that already serves this notebook: the recorded one, or one opened since."""
+        """The paused kernel when it is still there, or the kernel of the paused session
+        (re-created by an earlier attempt of this resume). Never a kernel another session
+        started for the notebook: restoring into it would merge the checkpoint over work done
+        there (it is reported in ``other_kernels`` instead)."""
         km = ctx.kernel_manager
         if rec.kernel_id in km:
             return rec.kernel_id
-        if rec.path:
-            current = await _session_for_path(ctx.session_manager, rec.path)
-            if current is not None and current["kernel"]["id"] in km:
-                return current["kernel"]["id"]
+        own = await _session_by_id(ctx.session_manager, rec.session_id)
+        if own is not None and own["kernel"]["id"] in km:
+            return own["kernel"]["id"]
         return None
 
     async def _start_ready(self, ctx: ResumeContext, rec: KernelRecord) -> str:
@@ -165,6 +187,37 @@ async def _session_for_path(sm: Any, path: str) -> dict | None:
         if model.get("path") == path and model.get("kernel"):
             return model
     return None
+
+
+async def _session_by_id(sm: Any, session_id: str | None) -> dict | None:
+    if not session_id:
+        return None
+    for model in await sm.list_sessions():
+        if model.get("id") == session_id and model.get("kernel"):
+            return model
+    return None
+
+
+async def _other_kernels(ctx: ResumeContext) -> list[dict[str, Any]]:
+    """The running kernels no paused session owned (started since, by another session, or
+    outside any): left as they are, nothing restored into them, named in the report."""
+    ours = set(ctx.kernel_map.values())
+    resumed = {rec.path: ctx.kernel_map.get(rec.kernel_id) for rec in ctx.kernels if rec.path}
+    paths = {m["kernel"]["id"]: m.get("path") for m in await ctx.session_manager.list_sessions()
+             if m.get("kernel")}
+    out = []
+    for kid in ctx.kernel_manager.list_kernel_ids():
+        if kid in ours:
+            continue
+        path = paths.get(kid)
+        if path in resumed:
+            reason = (f"started for {path} after the pause: the notebook's session now uses "
+                      f"the resumed kernel {str(resumed[path])[:8]}; this kernel keeps running "
+                      "with its own work and nothing was restored into it")
+        else:
+            reason = "not part of the pause: left as it is, nothing restored into it"
+        out.append({"kernel_id": kid, "path": path, "reason": reason})
+    return out
 
 
 async def _session_exists(sm: Any, session_id: str) -> bool:

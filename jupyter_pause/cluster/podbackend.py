@@ -14,8 +14,9 @@ import time
 from typing import Any, ClassVar
 
 from traitlets import Any as AnyTrait
-from traitlets import Bool, Float, Int, Unicode
+from traitlets import Bool, Float, Int, Unicode, validate
 
+from .. import configcheck as cc
 from .base import BackendError, ResumeContext
 from .cleanup import collect_garbage
 from .gkw import CHECKPOINTING, READY, checkpoint_state
@@ -56,6 +57,14 @@ class PodBackend(LocalBackend):
                                 "memory back. The application checkpoints stay.").tag(config=True)
     api_client = AnyTrait(None, allow_none=True,
                           help="A kubernetes.client.ApiClient to use (tests, embedding).")
+
+    config_checks: ClassVar[dict[str, cc.Check]] = {**LocalBackend.config_checks, "keep_snapshots": cc.count,
+                     "restored_condition_wait": cc.seconds()}
+    resume_traits = LocalBackend.resume_traits | {"restored_condition_wait"}
+
+    @validate("keep_snapshots", "restored_condition_wait")
+    def _validate_pod_config(self, proposal: Any) -> Any:
+        return self._checked(proposal)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -17,6 +17,7 @@ FAILURE_REASONS: dict[str, str] = {
     "integrity_error": "a checkpoint did not verify",
     "not_found": "a checkpoint the step needed is missing",
     "kernel_died": "a kernel died during its checkpoint",
+    "kernel_stalled": "a kernel made no progress and answered no heartbeat (stopped or frozen)",
     "restore_error": "restoring a kernel from its checkpoint failed",
     "timeout": "a step ran past its time limit",
     "interrupted": "the server stopped during the flight",

@@ -35,7 +35,8 @@ Results (every function returns a JSON string and never raises)::
 
     checkpoint(..., variable_timeout=None)
                -> {"ok": true, "checkpoint_id", "bytes_written", "bytes_total", "variables",
-                   "pid", "token", "warnings": []} | {"ok": false, "error": "one line"}
+                   "pid", "token", "warnings": []} | {"ok": false, "error": "one line",
+                   "error_kind": "missing" | "corrupt" | null}
     restore    -> {"ok": true, "checkpoint_id", "variables", "warnings", "modules"} | {"ok": false, ...}
     liveness   -> {"ok": true, "token": str|None, "pid", "armed_at", "never_pause": bool,
                    "restored": null | {"checkpoint_id", "at", "by", "variables"},
@@ -55,6 +56,7 @@ import json
 import logging
 from typing import Any
 
+from ..checkpoint import errors as cp_errors
 from ..variables import as_row, row
 from . import liveness as _liveness
 from . import namespace, ops, provenance
@@ -93,7 +95,18 @@ def _ok(**fields: Any) -> str:
 
 def _fail(e: BaseException) -> str:
     log.debug("jupyter-pause bridge call failed", exc_info=e)
-    return json.dumps({"ok": False, "error": ops.one_line(e)})
+    return json.dumps({"ok": False, "error": ops.one_line(e), "error_kind": _error_kind(e)})
+
+
+def _error_kind(e: BaseException) -> str | None:
+    """What the server can act on: "missing" (no such checkpoint) and "corrupt" (it failed
+    verification) cannot be fixed by retrying; a key signed for another key may be, once the
+    right key is back, so it is not "corrupt"."""
+    if isinstance(e, cp_errors.NotFoundError):
+        return "missing"
+    if isinstance(e, cp_errors.IntegrityError) and not isinstance(e, cp_errors.KeyMismatchError):
+        return "corrupt"
+    return None
 
 
 def checkpoint(

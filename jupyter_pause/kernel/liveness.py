@@ -75,4 +75,17 @@ def state() -> dict[str, Any]:
         "armed_at": _armed_at,
         "never_pause": _never_pause,
         "restored": restored(),
+        "cells_run": _cells_run(),
     }
+
+
+def _cells_run() -> int | None:
+    """Cells the person ran in this process (IPython's execution counter starts at 1; the
+    server's own calls are not stored in the history, so they do not count)."""
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        return None if ip is None else max(0, int(ip.execution_count) - 1)
+    except Exception:  # noqa: BLE001 - unknown is not zero: the caller treats it as used
+        return None

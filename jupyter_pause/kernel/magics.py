@@ -223,7 +223,7 @@ class PauseMagics(Magics):
         opts = args.parse(self.resume, line)
         server = server_api.find_server()
         if liveness.token() is not None:
-            server_api.request(server, "POST", "resume", {"trigger": "magic"})
+            _tell_resumed(server)
             print(
                 "This kernel is the live one: it kept its state through the pause; nothing to "
                 "restore."
@@ -231,7 +231,7 @@ class PauseMagics(Magics):
             return
         already = liveness.restored()
         if already:
-            server_api.request(server, "POST", "resume", {"trigger": "magic"})
+            _tell_resumed(server)
             print(f"This kernel was already restored from checkpoint {already['checkpoint_id']}.")
             return
         server_api.request(server, "POST", "resume", {"trigger": "magic"})
@@ -247,6 +247,16 @@ class PauseMagics(Magics):
             by="resume",
             title_prefix="Resumed: this is a fresh kernel, restored",
         )
+
+
+def _tell_resumed(server: dict[str, Any]) -> None:
+    """Ask the server to resume; a kernel that is already live or restored has nothing to wait
+    for, so "not paused" (409: the server resumed the workspace already) is no error here."""
+    try:
+        server_api.request(server, "POST", "resume", {"trigger": "magic"})
+    except server_api.ServerError as e:
+        if e.status != 409:
+            raise
 
 
 _magics: PauseMagics | None = None

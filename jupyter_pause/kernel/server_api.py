@@ -25,7 +25,12 @@ API_PREFIX = "jupyter-pause/api/"
 
 
 class ServerError(Exception):
-    """One line for the person: no server, refused request, unreachable server."""
+    """One line for the person: no server, refused request, unreachable server. ``status`` is
+    the HTTP status of a refused request (None when no answer came)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _ancestors() -> list[int]:
@@ -157,5 +162,5 @@ def request(
         )
     if status >= 400:
         msg = payload.get("message") or payload.get("reason") or raw.decode(errors="replace")
-        raise ServerError(" ".join(f"the server refused: {msg} (HTTP {status})".split()))
+        raise ServerError(" ".join(f"the server refused: {msg} (HTTP {status})".split()), status)
     return status, payload

@@ -118,6 +118,10 @@ async def run_gc_for_app(app: Any, *, keep: int | None, older_than: float | None
     while a flight runs; the pause in effect is protected through state.json and, belt and
     braces, through the Lifecycle's in-memory state.
     """
+    if keep is None and "keep_checkpoints" in (getattr(app, "config_problems", None) or {}):
+        # Its value was refused at start: never clean up by a default nobody chose.
+        raise GCError(f"PauseApp.keep_checkpoints is invalid "
+                      f"({app.config_problems['keep_checkpoints']}); fix it or pass --keep")
     lc = getattr(app, "lifecycle", None)
     live = pause_needs(None, lc.state) if lc is not None else set()
     return await run_gc(store_url=app.store_url or None, state_dir=app.state_dir,

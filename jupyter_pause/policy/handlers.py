@@ -131,7 +131,9 @@ class ReportHandler(_Base):
     @tornado.web.authenticated
     @authorized
     async def get(self) -> None:
-        args = {k: self.get_argument(k) for k in self.request.arguments}
+        # ?token= is jupyter_server's own authentication (IdentityProvider.get_token reads it
+        # from the query, as for every Jupyter URL): it authenticated this request already.
+        args = {k: self.get_argument(k) for k in self.request.arguments if k != "token"}
         state_dir = self.extensionapp.state_dir
         try:
             check_report_args(args)

@@ -43,6 +43,8 @@ class IdleMonitor(LoggingConfigurable):
         self.lifecycle = lifecycle
         self.clock = clock
         self.policy = policy or IdlePolicy(parent=app)
+        if self.policy.config_problems:  # never auto-pause on values nobody chose
+            raise ValueError("invalid configuration: " + "; ".join(self.policy.problem_lines()))
         accel = getattr(app, "accelerator", None) or {}
         self.profile, self.why, self.workload = self.policy.resolve(
             env, accelerator_count=int(accel.get("count") or 0))

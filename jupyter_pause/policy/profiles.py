@@ -19,11 +19,12 @@ import fnmatch
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
-from traitlets import Bool, Dict, Float, List, Unicode
+from traitlets import Bool, Dict, Float, List, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
+from .. import configcheck as cc
 from .idle import Profile
 
 PROFILE_LABEL = "jupyter-pause/profile"
@@ -158,7 +159,7 @@ def select_profile(w: Workload, profiles: Mapping[str, Profile], rules: list[Map
     return profiles["never"], "no rule matched"
 
 
-class IdlePolicy(LoggingConfigurable):
+class IdlePolicy(cc.ValidatedConfig, LoggingConfigurable):
     """Configuration of auto-pause: ``c.IdlePolicy.<trait>`` in jupyter_server_config.py."""
 
     enabled = Bool(
@@ -183,6 +184,13 @@ class IdlePolicy(LoggingConfigurable):
     interval = Float(60.0, config=True, help="Seconds between idle checks.")
     probe_timeout = Float(
         10.0, config=True, help="Seconds to wait for a kernel to answer the %pause --never probe.")
+    # A refused value disables auto-pause (IdleMonitor says why); pause and resume stay.
+    config_checks: ClassVar[dict[str, cc.Check]] = {"interval": cc.seconds(positive=True),
+                     "probe_timeout": cc.seconds(positive=True)}
+
+    @validate(*config_checks)
+    def _validate_config(self, proposal: Any) -> Any:
+        return self._checked(proposal)
 
     def resolve(self, env: Mapping[str, str] | None = None,
                 accelerator_count: int | None = None) -> tuple[Profile, str, Workload]:

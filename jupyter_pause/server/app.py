@@ -8,20 +8,22 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from typing import Any, ClassVar
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
-from traitlets import Bool, Dict, Float, Instance, Int, List, Unicode, default
+from traitlets import Bool, Dict, Float, Instance, Int, List, Unicode, default, validate
 
+from .. import configcheck as cc
 from ..cluster.accelerator import detected_accelerator
 from ..cluster.base import Backend, resolve_backend_class
+from . import kernelguard
 from .events import register_schema
 from .handlers import default_handlers
 from .lifecycle import Lifecycle
 from .restarts import RestartWatch
-from .shutdown import checkpoint_on_shutdown, install_restore_hook
+from .shutdown import checkpoint_on_shutdown
 from .statelock import StateDirBusy, StateLock
 
 # Optional modules of this package that add routes and start-up work. Each may define
@@ -30,7 +32,7 @@ from .statelock import StateDirBusy, StateLock
 DEFAULT_EXTENSION_MODULES = ["jupyter_pause.policy.handlers"]
 
 
-class PauseApp(ExtensionApp):
+class PauseApp(cc.ValidatedConfig, ExtensionApp):
     """The jupyter_server extension: configuration, the lifecycle, its handlers and events."""
 
     name = "jupyter_pause"
@@ -72,7 +74,15 @@ class PauseApp(ExtensionApp):
         "(nvidia-smi, /proc/driver/nvidia, NVIDIA_VISIBLE_DEVICES), else none.",
     ).tag(config=True)
     bridge_timeout = Float(
-        3600.0, help="Seconds a checkpoint or restore inside one kernel may take."
+        3600.0, help="Seconds a checkpoint or restore inside one kernel may take in all, "
+        "however steadily it progresses (a hard upper bound; a stuck kernel is caught sooner "
+        "by kernel_silence_timeout)."
+    ).tag(config=True)
+    kernel_silence_timeout = Float(
+        60.0, help="Seconds a kernel's checkpoint (at pause) or restore (at resume) may go with "
+        "no progress message and no heartbeat answer before it fails as stalled, naming the "
+        "notebook (a process stopped by SIGSTOP or frozen). A kernel busy in one long step "
+        "still answers its heartbeat and is waited for. 0 = off (only bridge_timeout)."
     ).tag(config=True)
     variable_timeout = Float(
         120.0, help="Seconds one variable (or group of linked variables) may take to serialize "
@@ -115,6 +125,26 @@ class PauseApp(ExtensionApp):
         help="Modules that add routes/start-up work (get_handlers(app), start(app), stop(app)).",
     ).tag(config=True)
 
+    # Values traitlets' types let through but nothing could use: refused at start, with the
+    # reason in status, instead of at the resume that needs them (see jupyter_pause.configcheck).
+    config_checks: ClassVar[dict[str, cc.Check]] = {
+        "store_url": cc.store_url, "store_memory": cc.store_memory,
+        "keep_checkpoints": cc.count, "busy_timeout": cc.seconds(),
+        "restore_device": cc.device, "accelerator": cc.accelerator,
+        "bridge_timeout": cc.seconds(positive=True), "variable_timeout": cc.seconds(),
+        "kernel_silence_timeout": cc.seconds(),
+        "liveness_timeout": cc.seconds(positive=True), "activity_interval": cc.seconds(),
+        "progress_interval": cc.seconds(), "first_cell_watch": cc.seconds(),
+        "shutdown_checkpoint_budget": cc.seconds(),
+    }
+    # What a resume reads too: a wrong one of these refuses the resume, the others only pauses.
+    resume_traits = frozenset({"store_url", "store_memory", "restore_device", "bridge_timeout",
+                               "liveness_timeout"})
+
+    @validate(*config_checks)
+    def _validate_config(self, proposal: Any) -> Any:
+        return self._checked(proposal)
+
     backend_instance = Instance(Backend, allow_none=True)
     lifecycle = Instance(Lifecycle, allow_none=True)
     # Set when this app's configuration could not be applied (see update_config).
@@ -123,6 +153,7 @@ class PauseApp(ExtensionApp):
     disabled_reason: str | None = None
     _state_lock: StateLock | None = None
     _restarts: RestartWatch | None = None
+    _renames: kernelguard.RenameWatch | None = None
     # How the server was asked to stop: "signal", "api" (the shutdown API), "idle".
     _stop_trigger: str | None = None
     _stopping: asyncio.Future | None = None
@@ -136,6 +167,16 @@ class PauseApp(ExtensionApp):
     @default("state_dir")
     def _default_state_dir(self) -> str:
         return os.path.join(jupyter_data_dir(), "jupyter-pause", "state")
+
+    def refusal(self, action: str) -> str | None:
+        """Why this configuration cannot run ``action`` ("pause" or "resume"), else None."""
+        if self.config_error:
+            return self.config_error
+        lines = self.config_refusal(action)
+        backend = self.backend_instance
+        if isinstance(backend, cc.ValidatedConfig):
+            lines += backend.config_refusal(action)
+        return f"invalid jupyter_pause configuration: {'; '.join(lines)}" if lines else None
 
     @property
     def backend_name(self) -> str:
@@ -201,6 +242,8 @@ class PauseApp(ExtensionApp):
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(default_handlers())
+        # jupyter_server's routes that start kernels, refusing while paused (kernelguard).
+        self.handlers.extend(kernelguard.handlers())
         for module in self._modules:
             if hasattr(module, "get_handlers"):
                 self.handlers.extend(module.get_handlers(self))
@@ -212,7 +255,11 @@ class PauseApp(ExtensionApp):
         self._started = True
         self._restarts = RestartWatch(serverapp)
         self._restarts.start()
-        install_restore_hook(self.lifecycle)
+        # What a pause means to the kernel and session managers, and the restore after a
+        # stop: in one place, kernelguard.
+        kernelguard.install(self.lifecycle)
+        self._renames = kernelguard.RenameWatch(self.lifecycle)
+        self._renames.start()
         if self.checkpoint_on_shutdown:
             self._watch_stop(serverapp)
         if self.activity_interval > 0:
@@ -274,6 +321,8 @@ class PauseApp(ExtensionApp):
             self._activity.stop()
         if self._restarts is not None:
             await self._restarts.stop()
+        if self._renames is not None:
+            self._renames.stop()
         if self.lifecycle is not None:
             await self._checkpoint_on_shutdown()
             await self.lifecycle.stop()

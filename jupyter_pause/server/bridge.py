@@ -54,10 +54,21 @@ IDEMPOTENT = frozenset({"liveness"})
 IOPUB_GRACE = 1.0
 # How often a waiting call checks that its kernel is still the same process.
 _CHECK_EVERY = 0.5
+# How long one heartbeat of a silent kernel may take to come back.
+HEARTBEAT_WAIT = 5.0
 
 
 class BridgeError(Exception):
     """A bridge call could not run (kernel gone, timeout); ``str()`` is one line."""
+
+
+class KernelStalled(BridgeError):
+    """The kernel made no progress and answered no heartbeat for ``silent_s`` seconds (a
+    stopped or frozen process): it may still be there, with its memory, but cannot answer."""
+
+    def __init__(self, message: str, silent_s: float):
+        super().__init__(message)
+        self.silent_s = silent_s
 
 
 class KernelDied(BridgeError):
@@ -80,6 +91,7 @@ async def run_bridge(
     progress: ProgressCallback | None = None,
     timeout: float | None = None,
     gone: Callable[[], Awaitable[str | None]] | None = None,
+    stalled: Callable[[], Awaitable[str | None]] | None = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """Run ``jupyter_pause.kernel.bridge.<func>(**kwargs)`` on a started client; its result dict.
@@ -89,7 +101,8 @@ async def run_bridge(
     bounds the whole call (including waiting behind a busy kernel); on timeout the result is
     ``{"ok": False, "error": ..., "timeout": True}`` and the kernel may still be working on the
     request. ``await gone()``, checked while waiting, returns a reason when the kernel process
-    is no longer there (the result is then ``{"ok": False, "error": reason, "gone": True}``).
+    is no longer there (the result is then ``{"ok": False, "error": reason, "gone": True}``);
+    ``await stalled()`` likewise when it makes no progress at all (``"stalled": True``).
     Never raises for kernel-side failures: they come back as ``{"ok": False, "error": "..."}``.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -128,6 +141,9 @@ async def run_bridge(
                 reason = await gone() if gone is not None else None
                 if reason:
                     return {"ok": False, "gone": True, "error": reason}
+                reason = await stalled() if stalled is not None else None
+                if reason:
+                    return {"ok": False, "stalled": True, "error": reason}
                 continue
             if parent_id(msg) == msg_id:
                 reply = msg  # a stale reply of an earlier request on this client is skipped
@@ -187,12 +203,52 @@ async def why_gone(serverapp: Any, kernel_id: str, pid: int | None, *,
     return None if alive else "its process ended"
 
 
+async def heartbeat(serverapp: Any, kernel_id: str, timeout: float) -> bool:
+    """True when the kernel's heartbeat answers within ``timeout``. ipykernel echoes it from a
+    thread of its own, even while the main thread is busy in one long step (a big variable
+    being pickled): only a stopped or frozen process leaves it unanswered."""
+    import zmq
+    import zmq.asyncio
+
+    kernel = _kernel(serverapp, kernel_id)
+    if kernel is None:
+        return False
+    info = kernel.get_connection_info()
+    sep = ":" if info.get("transport", "tcp") == "tcp" else "-"
+    sock = zmq.asyncio.Context.instance().socket(zmq.REQ)
+    sock.linger = 0
+    try:
+        sock.connect(f"{info.get('transport', 'tcp')}://{info['ip']}{sep}{info['hb_port']}")
+        await sock.send(b"ping")
+        return bool(await sock.poll(max(0.1, timeout) * 1000))
+    finally:
+        sock.close()
+
+
 # ---------------------------------------------------------------------- calls
 
 
 async def _call_once(serverapp: Any, kernel_id: str, func: str, pid: int | None, *,
                      strict: bool, progress: Any, timeout: float | None,
-                     **kwargs: Any) -> dict[str, Any]:
+                     silence: float | None = None, **kwargs: Any) -> dict[str, Any]:
+    heard = time.monotonic()  # the last sign of life: a progress line or a heartbeat
+
+    def on_progress(*args: Any) -> None:
+        nonlocal heard
+        heard = time.monotonic()
+        if progress is not None:
+            progress(*args)
+
+    async def stalled() -> str | None:
+        nonlocal heard
+        if not silence or time.monotonic() - heard < silence:
+            return None
+        if await heartbeat(serverapp, kernel_id, min(silence, HEARTBEAT_WAIT)):
+            heard = time.monotonic()  # alive, in one long step: wait on
+            return None
+        return (f"the kernel {kernel_id[:8]} made no progress for {silence:g} s and does not "
+                "answer its heartbeat (its process is stopped or frozen)")
+
     async def gone() -> str | None:
         try:
             why = await why_gone(serverapp, kernel_id, pid, strict=strict)
@@ -207,8 +263,8 @@ async def _call_once(serverapp: Any, kernel_id: str, func: str, pid: int | None,
         # Shell + IOPub only: no stdin (allow_stdin=False), no heartbeat thread per call.
         client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
         try:
-            return await run_bridge(client, func, progress=progress, timeout=timeout,
-                                    gone=gone, **kwargs)
+            return await run_bridge(client, func, progress=on_progress, timeout=timeout,
+                                    gone=gone, stalled=stalled if silence else None, **kwargs)
         finally:
             client.stop_channels()
 
@@ -221,6 +277,7 @@ async def call(
     progress: Callable[[int, int], None] | None = None,
     timeout: float | None = None,
     retries: int = 0,
+    silence: float | None = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """Run ``jupyter_pause.kernel.bridge.<func>(**kwargs)`` in a server kernel; its JSON dict.
@@ -229,7 +286,9 @@ async def call(
     connection, only for read-only functions (:data:`IDEMPOTENT`): a checkpoint or restore whose
     reply was lost may still have run, so it is never sent twice. Raises :class:`KernelDied`
     when the kernel is not there, or its process ends or is restarted meanwhile (at once, not
-    at the timeout), and :class:`BridgeError` when no attempt got an answer.
+    at the timeout), :class:`KernelStalled` when it sent no progress and answered no heartbeat
+    for ``silence`` seconds (None or 0: no such limit), and :class:`BridgeError` when no
+    attempt got an answer.
     """
     if retries and func not in IDEMPOTENT:
         raise ValueError(f"{func} changes the kernel's state; it is never retried")
@@ -242,7 +301,8 @@ async def call(
             # A call asked again waits for a restarted process (see why_gone); one that is not
             # ends as soon as its process does.
             res = await _call_once(serverapp, kernel_id, func, pid, strict=not retries,
-                                   progress=progress, timeout=timeout, **kwargs)
+                                   progress=progress, timeout=timeout, silence=silence,
+                                   **kwargs)
         except Exception as e:
             # A call that failed because the kernel went away says so.
             why = await why_gone(serverapp, kernel_id, pid)
@@ -250,6 +310,8 @@ async def call(
                 raise KernelDied(f"the kernel {kernel_id[:8]} stopped during {func} ({why})",
                                  why) from e
             raise
+        if res.get("stalled"):
+            raise KernelStalled(str(res["error"]), float(silence or 0))
         if not res.get("gone") and not res.get("timeout"):
             return res
         # A kernel that jupyter_server restarted meanwhile (e.g. it died at start-up because
@@ -267,6 +329,18 @@ async def call(
 
 
 # ---------------------------------------------------------------------- the server's kernels
+
+
+async def cells_run(serverapp: Any, kernel_id: str, timeout: float) -> bool:
+    """Whether the person ran a cell in this kernel process. Unknown (no answer, an older
+    kernel side) counts as yes: the callers then save work that may exist rather than drop
+    it."""
+    try:
+        res = await call(serverapp, kernel_id, "liveness", timeout=max(1.0, timeout))
+    except Exception:  # noqa: BLE001 - no answer: treated as used
+        return True
+    cells = res.get("cells_run") if res.get("ok") is not False else None
+    return not isinstance(cells, int) or cells > 0
 
 
 async def running_kernels(serverapp: Any) -> list[KernelRecord]:

@@ -19,6 +19,7 @@ from ..journal import utcnow_iso
 from ..variables import as_row
 from . import bridge, metrics, recovery
 from .activity import kernel_activity, wait_first_execute
+from .kernelguard import own_starts
 from .pause import run_pause
 from .pausereport import resume_from_status, stopped_status
 from .recorder import Flight, Recorder
@@ -141,12 +142,17 @@ class Lifecycle(Recorder):
             "resume_available": self.can_resume() and self.flight is None,
             "resume_from": resume_from_status(st.get("pause")),
             "stopped": stopped_status(st.get("stopped")),
+            # Lines of journal.jsonl skipped at start (each named in the server's log).
+            "journal": {"skipped_lines": self.journal.skipped_lines},
         }
 
     def _refresh_backend_desc(self) -> None:
-        if self.app.config_error:  # never pause with a half-applied config (another store)
+        # Never pause with a half-applied config (another store) or a value found invalid at
+        # start: the resume would be the first to refuse it, with the kernels already gone.
+        refusal = self.app.refusal("pause")
+        if refusal:
             self._backend_desc = {"name": self.app.backend_name, "configured": False,
-                                  "can_pause": False, "why_not": f"{self.app.config_error}; "
+                                  "can_pause": False, "why_not": f"{refusal}; "
                                   "fix it and restart the server"}
             return
         if time.monotonic() - self._backend_desc_at < 30 or (
@@ -185,7 +191,13 @@ class Lifecycle(Recorder):
                 return self.flight
             raise Refusal("a resume is in progress; pause again when it has finished")
         if self.can_resume() and not (self.state.get("pause") or {}).get("offered"):
-            raise Refusal("the workspace is already paused; resume it first")
+            if self.state["state"] != "failed":
+                raise Refusal("the workspace is already paused; resume it first")
+            # A resume that failed left kernels in use: pausing them is a way out of failed.
+            # The notebooks it did not bring back keep their paused checkpoint (run_pause).
+            if not list(self.serverapp.kernel_manager.list_kernel_ids()):
+                raise Refusal("the last resume failed and no kernel runs: resume again (see "
+                              "the reason and hint of the failure)")
         desc = self._backend_desc
         if not desc.get("can_pause", True):
             raise Refusal(f"pausing is not possible here: {desc.get('why_not') or 'backend'}")
@@ -203,11 +215,12 @@ class Lifecycle(Recorder):
             raise Refusal("a pause is in progress; resume when it has finished")
         if not self.can_resume():
             raise Refusal("the workspace is not paused; there is nothing to resume")
-        if self.app.config_error:  # its checkpoints are in the configured store, not the default
-            raise Refusal(f"resuming is not possible: {self.app.config_error}; fix it and "
-                          "restart the server")
+        refusal = self.app.refusal("resume")  # e.g. its checkpoints are in another store
+        if refusal:
+            raise Refusal(f"resuming is not possible: {refusal}; fix it and restart the server")
         flight = self.new_flight("resume", trigger)
-        flight.task = asyncio.ensure_future(run_resume(self, flight))
+        with own_starts():  # the resume's kernel starts are the only ones allowed now
+            flight.task = asyncio.ensure_future(run_resume(self, flight))
         return flight
 
     def _refuse_while_stopping(self, what: str) -> None:

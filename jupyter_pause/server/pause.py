@@ -4,6 +4,7 @@ the accelerator; each step journaled through the :class:`~.lifecycle.Lifecycle`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import secrets
 import time
@@ -12,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from ..cluster.base import KernelRecord, PauseContext
 from . import bridge, metrics
 from .previous import age_text, offer_previous
-from .recorder import Flight, StepError
+from .recorder import PAUSE_FAILED_SAFE, Flight, StepError
+from .state import not_restored_kernels
 
 if TYPE_CHECKING:
     from .lifecycle import Lifecycle
@@ -29,6 +31,13 @@ async def run_pause(lc: Lifecycle, flight: Flight, interrupt: bool, mode: str = 
         # The kernels go into the journal first: a server that dies mid-checkpoint then knows
         # which notebooks' previous checkpoints to offer (and a stop, which kernels it stops).
         records = await bridge.running_kernels(lc.serverapp)
+        # A pause from a failed resume: the paused record it replaces is still the way back
+        # for the notebooks that resume did not bring back (see _carry_over).
+        before = lc.state.get("pause") or {}
+        before = copy.deepcopy(before) if not before.get("offered") else {}
+        # ... but only while untouched: a kernel the person used since holds their work
+        empty = {kid: note for kid, note in not_restored_kernels(lc.state).items()
+                 if not await bridge.cells_run(lc.serverapp, kid, lc.app.liveness_timeout)}
         await lc.record("pause_requested", trigger=flight.trigger, mode=mode,
                         kernels=[r.to_dict() for r in records])
         await _wait_idle(lc, records, interrupt)  # a stop never kills a running cell either
@@ -39,7 +48,9 @@ async def run_pause(lc: Lifecycle, flight: Flight, interrupt: bool, mode: str = 
         )
         snap: dict[str, Any] = {}
         if not stop:
-            await _checkpoint_all(lc, records, flight)
+            await _checkpoint_all(lc, [r for r in records if r.kernel_id not in empty],
+                                  flight)
+            _carry_over(records, before, empty)
             total = sum(r.bytes_total for r in records)
             written = sum(r.bytes_written for r in records)
             ctx.checkpoints = [r.checkpoint_id for r in records]
@@ -82,9 +93,10 @@ async def run_pause(lc: Lifecycle, flight: Flight, interrupt: bool, mode: str = 
         # A failed release after a checkpoint still leaves a way back (paused); a stop
         # has no checkpoint, so its failed release is a failure. After a snapshot whose pod
         # the cluster stops, the failure is not written either (see above).
-        await lc.record_failure(flight, step, e, state_after="paused"
-                                if step == "releasing" and not stop else "failed",
-                                persist=not held)
+        after = ("paused" if step == "releasing" and not stop else
+                 # nothing was changed and the kernels run on: back to work
+                 "running" if getattr(e, "reason", None) == "kernel_stalled" else "failed")
+        await lc.record_failure(flight, step, e, state_after=after, persist=not held)
     finally:
         lc.step = None
         if lc.flight is flight:
@@ -93,6 +105,26 @@ async def run_pause(lc: Lifecycle, flight: Flight, interrupt: bool, mode: str = 
         # A pod snapshot restore resumed this very process inside the pause: go on with a
         # resume at once, which verifies the kernels (live) and reports it.
         await lc.request_resume("startup")
+
+
+def _carry_over(records: list[KernelRecord], before: dict[str, Any],
+                empty: dict[str, dict[str, Any]]) -> None:
+    """The paused checkpoints a pause from a failed resume keeps: a kernel whose restore
+    failed holds none of its notebook's checkpoint, so it is not checkpointed (that would
+    replace the good checkpoint with an empty one) but recorded with that checkpoint; a
+    notebook of that resume with no kernel running now is kept as it was recorded."""
+    old = {k.get("stream"): k for k in before.get("kernels") or []}
+    for rec in records:
+        if rec.kernel_id in empty and rec.stream in old:
+            prev = KernelRecord.from_dict(old[rec.stream])
+            rec.checkpoint_id, rec.variables = prev.checkpoint_id, list(prev.variables)
+            rec.bytes_total, rec.bytes_written, rec.token = prev.bytes_total, 0, None
+    running = {r.stream for r in records}
+    for stream, k in old.items():
+        if stream not in running:
+            rec = KernelRecord.from_dict(k)
+            rec.token, rec.bytes_written = None, 0  # its process is gone
+            records.append(rec)
 
 
 async def _wait_idle(lc: Lifecycle, records: list[KernelRecord], interrupt: bool) -> None:
@@ -142,10 +174,21 @@ async def _checkpoint_all(lc: Lifecycle, records: list[KernelRecord], flight: Fl
         try:
             res = await bridge.call(
                 lc.serverapp, rec.kernel_id, "checkpoint", progress=progress_for(rec),
-                timeout=lc.app.bridge_timeout,
+                timeout=lc.app.bridge_timeout, silence=lc.app.kernel_silence_timeout,
                 **checkpoint_kwargs(lc, rec, flight, flight.trigger, token))
         except bridge.KernelDied as e:
             raise await _kernel_died(lc, rec, flight, e.why) from e
+        except bridge.KernelStalled as e:
+            # Interrupt it: a stopped process gets the signal when it runs again, so its
+            # checkpoint ends there instead of publishing after we said it failed; the
+            # kernel and its memory are left as they are (the last checkpoint too).
+            with contextlib.suppress(Exception):
+                await bridge.interrupt(lc.serverapp, rec.kernel_id)
+            raise StepError(
+                f"checkpoint of {rec.label} failed: {e}; pause refused, nothing was stopped",
+                reason="kernel_stalled",
+                hint=f"{PAUSE_FAILED_SAFE} Look at {rec.label}'s kernel (a process stopped "
+                "with kill -STOP, a frozen or swapping machine), then pause again.") from e
         except Exception as e:
             raise StepError(f"checkpoint of {rec.label} failed: {e}",
                             reason="checkpoint_error") from e

@@ -40,11 +40,17 @@ def resume_report(flight: Any, requested: str, usable: str | None,
             "reason": out.get("reason"),
             "checkpoint_id": out.get("checkpoint_id") or rec.checkpoint_id,
             "warnings": out.get("warnings", []), "variables": variables,
+            # a restore that was tried and failed (the kernel is empty), and whether the
+            # checkpoint itself is unreadable ("missing" / "corrupt"); "lost": started fresh
+            "restore_failed": bool(out.get("restore_failed")),
+            "unreadable": out.get("unreadable"), "lost": bool(out.get("lost")),
         })
     return {
         "flight_id": flight.id, "outcome": outcome, "requested": requested, "usable": usable,
         "first_cell": None, "trigger": flight.trigger,
         "durations": {k: round(v, 3) for k, v in marks.items()}, "kernels": kernels,
+        # running kernels no paused session owned: not restored into, kept as they are
+        "other_kernels": [dict(k) for k in ctx.other_kernels],
     }
 
 

@@ -19,8 +19,15 @@ def load(rec: Recorder) -> None:
     journal = rec.journal
     journal.open()
     st = journal.load_state() or default_state()
+    if not isinstance(st.get("seq", 0), int) or isinstance(st.get("seq"), bool):
+        st["seq"] = 0  # an edited state.json: replay the whole journal instead
     for entry in journal.entries(after_seq=int(st.get("seq", 0))):
-        apply(st, entry)
+        try:
+            apply(st, entry)
+        except Exception as e:  # noqa: BLE001 - a line of odd content must not stop the server
+            journal.skipped_lines += 1
+            rec.log.warning("jupyter_pause: journal line seq %s not applied: %s",
+                            entry.get("seq"), e)
     rec.state = {**default_state(), **st}
     journal.seq = max(journal.seq, int(rec.state.get("seq", 0)))
     cur, flight = rec.state["state"], rec.state.get("flight") or {}

@@ -33,6 +33,7 @@ async def run_resume(lc: Lifecycle, flight: Flight) -> None:
     )
     outcomes: dict[str, dict[str, Any]] = {}
     marks: dict[str, float] = {}
+    before = set(lc.serverapp.kernel_manager.list_kernel_ids())
     try:
         entry = await lc.record("resume_requested", trigger=flight.trigger)
         requested = entry["at"]
@@ -78,7 +79,7 @@ async def run_resume(lc: Lifecycle, flight: Flight) -> None:
         if fresh:
             step = "restoring"
             t2 = time.monotonic()
-            await _restore_all(lc, fresh, outcomes)
+            await _restore_all(lc, fresh, outcomes, pause.get("not_restored") or {})
             restored_bytes = sum(o.get("bytes", 0) for o in outcomes.values())
             await lc.record(
                 "restored", bytes=restored_bytes,
@@ -89,10 +90,7 @@ async def run_resume(lc: Lifecycle, flight: Flight) -> None:
         await lc.backend.attach(ctx)
         failed = [r for r in records if outcomes[r.kernel_id]["outcome"] == "failed"]
         if failed:
-            first = outcomes[failed[0].kernel_id]
-            raise StepError(f"restore of {failed[0].label} failed: {first.get('reason')}",
-                            reason="restore_error",
-                            hint="The checkpoint is still there: resume again to retry.")
+            raise _restore_failure(failed, outcomes)
         usable = await lc.record("kernel_usable")
         kinds = {o["outcome"] for o in outcomes.values()}
         outcome = ("live" if kinds == {"live"} else "restored" if "restored" in kinds
@@ -107,6 +105,7 @@ async def run_resume(lc: Lifecycle, flight: Flight) -> None:
         raise
     except Exception as e:  # noqa: BLE001 - every failure is journaled
         marks["total_s"] = time.monotonic() - t0
+        await _drop_unowned(lc, ctx, before, outcomes)
         report = resume_report(flight, requested, None, records, ctx, outcomes, marks, "failed")
         await lc.record_failure(flight, step, e, state_after="failed", report=report)
     finally:
@@ -182,8 +181,63 @@ def restore_kwargs(lc: Lifecycle, rec: KernelRecord) -> dict[str, Any]:
             "device": app.restore_device, "only": None}
 
 
+UNREADABLE = {"missing": "is missing from the store", "corrupt": "is corrupt"}
+
+
+def _restore_failure(failed: list[KernelRecord], outcomes: dict[str, dict[str, Any]]
+                     ) -> StepError:
+    """The failure of a resume whose restores did not all succeed, with the truth about each
+    checkpoint: a missing or corrupt one will never restore, so "retry" would be a lie; the
+    way out is a second resume, which starts those notebooks fresh (see _restore_all)."""
+    outs = [outcomes[r.kernel_id] for r in failed]
+    what = "; ".join(f"{r.label}: {o.get('reason')}" for r, o in zip(failed, outs))
+    gone = [r.label for r, o in zip(failed, outs) if o.get("unreadable")]
+    kept = [r.label for r, o in zip(failed, outs) if not o.get("unreadable")]
+    parts = []
+    if gone:
+        parts.append(f"The checkpoint of {', '.join(gone)} cannot be restored (missing or "
+                     "corrupt). Resume again to go on without it: "
+                     f"{'it starts' if len(gone) == 1 else 'they start'} in a fresh kernel "
+                     "(the variables are lost; the notebook files are intact).")
+    if kept:
+        parts.append(f"The checkpoint of {', '.join(kept)} is still there: fix the cause if "
+                     "one is named and resume again to retry.")
+    kinds = {o.get("unreadable") for o in outs}
+    reason = ("not_found" if kinds == {"missing"} else "integrity_error" if kinds == {"corrupt"}
+              else "restore_error")
+    return StepError(f"restore failed: {what}", reason=reason, hint=" ".join(parts))
+
+
+async def _drop_unowned(lc: Lifecycle, ctx: ResumeContext, before: set[str],
+                        outcomes: dict[str, dict[str, Any]]) -> None:
+    """A failed resume leaves no kernel that nobody can reach: the kernels it started that no
+    session owns and that hold nothing (not restored, not live) are shut down; a retry starts
+    them again. Restored ones stay (the journal records them as the notebook's kernel)."""
+    km = lc.serverapp.kernel_manager
+    try:
+        owned = {m["kernel"]["id"] for m in await lc.serverapp.session_manager.list_sessions()
+                 if m.get("kernel")}
+    except Exception as e:  # noqa: BLE001 - then nothing is shut down: never a session's kernel
+        lc.log.warning("jupyter_pause: cannot list sessions after the failed resume: %s", e)
+        return
+    for old, kid in list(ctx.kernel_map.items()):
+        keep = (outcomes.get(old) or {}).get("outcome") in ("restored", "live")
+        if kid in before or kid in owned or keep:
+            continue
+        ctx.kernel_map.pop(old, None)
+        if kid not in km:
+            continue
+        try:
+            await km.shutdown_kernel(kid, now=True)
+            lc.log.info("jupyter_pause: shut down kernel %s, started by the failed resume "
+                        "and owned by no session", kid[:8])
+        except Exception as e:  # noqa: BLE001 - the failure itself is what gets reported
+            lc.log.warning("jupyter_pause: could not shut down kernel %s: %s", kid[:8], e)
+
+
 async def _restore_all(lc: Lifecycle, fresh: list[KernelRecord],
-                       outcomes: dict[str, dict[str, Any]]) -> None:
+                       outcomes: dict[str, dict[str, Any]],
+                       not_restored: dict[str, dict[str, Any]]) -> None:
     lc.set_step("restoring", "Restoring from the checkpoint", state="restoring")
     progress_for = lc.kernels_progress("restoring", "Restoring")
 
@@ -194,15 +248,28 @@ async def _restore_all(lc: Lifecycle, fresh: list[KernelRecord],
             return
         try:
             res = await bridge.call(lc.serverapp, kid, "restore", progress=progress_for(rec),
-                                    timeout=lc.app.bridge_timeout, **restore_kwargs(lc, rec))
+                                    timeout=lc.app.bridge_timeout,
+                                    silence=lc.app.kernel_silence_timeout,
+                                    **restore_kwargs(lc, rec))
         except bridge.KernelDied as e:  # at once, not after bridge_timeout
-            out.update(outcome="failed", reason=f"the kernel died during the restore ({e.why})")
+            out.update(outcome="failed", reason=f"the kernel died during the restore ({e.why})",
+                       restore_failed=True)
             return
-        except Exception as e:  # noqa: BLE001 - reported per kernel
-            out.update(outcome="failed", reason=str(e))
+        except Exception as e:  # noqa: BLE001 - reported per kernel (a stalled one too)
+            out.update(outcome="failed", reason=str(e), restore_failed=True)
             return
         if not res.get("ok"):
-            out.update(outcome="failed", reason=str(res.get("error") or "unknown error"))
+            error = str(res.get("error") or "unknown error")
+            kind = res.get("error_kind") if res.get("error_kind") in UNREADABLE else None
+            out.update(outcome="failed", reason=error, restore_failed=True, unreadable=kind)
+            if kind:
+                out["reason"] = f"its checkpoint {rec.checkpoint_id} {UNREADABLE[kind]} ({error})"
+            if kind and (not_restored.get(rec.stream) or {}).get("unreadable"):
+                # The person was told, and resumed again: go on without it rather than
+                # refuse forever. Its kernel is fresh (a failed restore changes nothing).
+                out.update(outcome="fresh", lost=True, restore_failed=False,
+                           reason=f"not restored: {out['reason']}; its variables are lost, "
+                           "the notebook file is intact, and it runs in a fresh kernel")
             return
         variables = list(res.get("variables") or [])
         out.update(outcome="restored", variables=variables,

@@ -15,15 +15,15 @@ during this step leaves ``stopping`` in the journal; the next start settles it
 (:meth:`Lifecycle.load`).
 
 On the next start, a notebook whose kernel was saved is restored when a kernel is started for
-its session (:func:`install_restore_hook`), inside the session request: ``POST /api/sessions``
-answers once the variables are back, so the notebook cannot run a cell before.
+its session (the session manager's hook in :mod:`.kernelguard`), inside the session request:
+``POST /api/sessions`` answers once the variables are back, so the notebook cannot run a cell
+before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import inspect
 import secrets
 import time
 from typing import TYPE_CHECKING, Any
@@ -36,6 +36,7 @@ from .pausereport import trigger_text
 from .previous import add_previous, offer_previous
 from .recorder import Flight
 from .resume import restore_kwargs
+from .state import not_restored_kernels
 
 if TYPE_CHECKING:
     from .lifecycle import Lifecycle
@@ -71,8 +72,12 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
         except Exception as e:  # noqa: BLE001 - the flight journaled its own failure
             lc.log.debug("jupyter_pause: the %s before the stop failed: %s", running.kind, e)
     pause = lc.state.get("pause") or {}
-    if pause and not pause.get("offered"):
-        return None  # paused: that pause's checkpoint is the way back, and it is newer
+    if pause and not pause.get("offered") and lc.state["state"] == "paused":
+        # Paused: its checkpoint is the way back, and no kernel holds newer work. Any other
+        # state with a paused record (a resume that failed for some notebooks) has kernels
+        # in use: they are saved, all but those whose restore failed (below).
+        return None
+    empty = not_restored_kernels(lc.state)
     held = await writes_held(lc, min(left(), HOLD_CHECK_S))
     if held:
         # The pod was just snapshotted and is stopped after it: a journal line or a checkpoint
@@ -104,6 +109,19 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
             return row
 
         async def _save(rec: KernelRecord, row: dict[str, Any]) -> None:
+            note = empty.get(rec.kernel_id)
+            kept = None
+            if note is not None:
+                # Its restore failed: the kernel holds none of that checkpoint. Untouched, a
+                # stop checkpoint of it would only shadow the good one; used since, it holds the
+                # person's work, which is saved (the old checkpoint stays in the store).
+                if not await bridge.cells_run(serverapp, rec.kernel_id,
+                                               min(left(), lc.app.liveness_timeout)):
+                    row["reason"] = (f"its restore in the last resume failed "
+                                     f"({note.get('reason')}); its checkpoint "
+                                     f"{note.get('checkpoint_id')} is kept instead")
+                    return
+                kept = note.get("checkpoint_id")
             # Never checkpoint mid-cell: a cell that ends within the budget is saved.
             if bridge.execution_state(serverapp, rec.kernel_id) == "busy" and \
                     not await bridge.wait_idle(serverapp, rec.kernel_id, left()):
@@ -142,6 +160,9 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
             rec.token = None  # the kernel goes away: there is no live process to find again
             row.update(status="saved", checkpoint_id=rec.checkpoint_id,
                        bytes_written=rec.bytes_written, bytes_total=rec.bytes_total)
+            if kept:
+                row["reason"] = (f"the work done since its restore failed; the checkpoint "
+                                 f"{kept} it could not restore is still in the store")
             # Per kernel, at once: a server killed before the end still knows what was saved.
             await lc.record("stop_checkpoint_written", path=rec.path,
                              checkpoint_id=rec.checkpoint_id, kernels=[rec.to_dict()])
@@ -203,32 +224,6 @@ async def _name_previous(lc: Lifecycle, records: list[KernelRecord],
 
 
 # ---------------------------------------------------------------------- restore after a stop
-
-
-def install_restore_hook(lc: Lifecycle) -> None:
-    """Restore a saved notebook into the kernel started for its session, before the session
-    request answers (so no cell can run before the restore, and two never race)."""
-    sm = lc.serverapp.session_manager
-    original = sm.start_kernel_for_session
-    if getattr(original, "jupyter_pause_hook", False):
-        return
-    signature = inspect.signature(original)
-
-    async def start_kernel_for_session(*args: Any, **kwargs: Any) -> str:
-        kernel_id = await original(*args, **kwargs)
-        try:
-            path = signature.bind(*args, **kwargs).arguments.get("path")
-        except TypeError:
-            path = None
-        if path and kernel_id:
-            try:
-                await restore_after_stop(lc, path, kernel_id)
-            except Exception:  # never fail the session: the notebook opens, unrestored
-                lc.log.exception("jupyter_pause: restore of %s after the stop failed", path)
-        return kernel_id
-
-    start_kernel_for_session.jupyter_pause_hook = True  # type: ignore[attr-defined]
-    sm.start_kernel_for_session = start_kernel_for_session
 
 
 def pending_record(lc: Lifecycle, path: str) -> dict[str, Any] | None:

@@ -117,6 +117,8 @@ def apply(st: dict[str, Any], e: dict[str, Any]) -> None:
                 pass
     elif ev == "recomputed":
         _merge_recomputed(st.get("last_report"), e)
+    elif ev == "renamed":
+        _rename(st, str(e.get("old_path") or ""), str(e.get("new_path") or ""))
     elif ev in ("shutdown_requested", "stop_checkpoint_written", "stopped",
                 "restored_after_stop"):
         _apply_stop(st, e)
@@ -128,6 +130,8 @@ def apply(st: dict[str, Any], e: dict[str, Any]) -> None:
             elif e.get("resume_from"):  # memory is gone: offer the previous good checkpoint
                 st["pause"] = e["resume_from"]
             st["inflight"] = None
+        elif e.get("kind") == "resume" and st.get("pause") and e.get("report"):
+            _note_resume_failure(st["pause"], e["report"])
         st.update(state=after, reason=e.get("message") or e.get("reason"), hint=e.get("hint"),
                   flight=None,
                   outcome="failed" if e.get("kind") == "resume" else None)
@@ -154,10 +158,117 @@ def _merge_recomputed(report: dict[str, Any] | None, e: dict[str, Any]) -> None:
         set_status(row, v.get("status"), v.get("reason"))
 
 
+def moved(path: str | None, old: str, new: str) -> str | None:
+    """``path`` once ``old`` (a file or a folder) was renamed to ``new``; None if not under it."""
+    if not path or not old:
+        return None
+    p = path.strip("/")
+    if p == old:
+        return new
+    if p.startswith(old + "/"):
+        return new + p[len(old):]
+    return None
+
+
+def _recorded(st: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every recorded kernel whose path a resume or a restore will use."""
+    out: list[dict[str, Any]] = []
+    for part in (st.get("pause"), st.get("inflight")):
+        part = part or {}
+        out += list(part.get("kernels") or []) + list(part.get("requested_kernels") or [])
+        out += list(part.get("previous") or [])
+    out += list((st.get("stopped") or {}).get("kernels") or [])
+    return list({id(k): k for k in out if isinstance(k, dict)}.values())  # each once
+
+
+def recorded_paths(st: dict[str, Any], old: str) -> list[str]:
+    """The recorded notebooks at or under ``old`` (what a rename of ``old`` moves)."""
+    found = [k.get("path") for k in _recorded(st) if moved(k.get("path"), old, old)]
+    found += [p for p in (st.get("stopped") or {}).get("pending") or [] if moved(p, old, old)]
+    return sorted({p for p in found if p})
+
+
+def _rename(st: dict[str, Any], old: str, new: str) -> None:
+    """A notebook (or its folder) renamed through the server: the paused, pausing and stopped
+    records follow it, so its session comes back where the notebook is now. The checkpoint
+    stream keeps its name: it is where that notebook's checkpoints are."""
+    if not old or not new:
+        return
+    for k in _recorded(st):
+        to = moved(k.get("path"), old, new)
+        if to is None:
+            continue
+        name = k.get("session_name")
+        if name and name.strip("/") == k["path"].strip("/"):
+            k["session_name"] = to
+        elif name and name == k["path"].rsplit("/", 1)[-1]:
+            k["session_name"] = to.rsplit("/", 1)[-1]
+        k["path"] = to
+    stopped = st.get("stopped") or {}
+    if stopped.get("pending"):
+        stopped["pending"] = [moved(p, old, new) or p for p in stopped["pending"]]
+
+
+def _note_resume_failure(pause: dict[str, Any], report: dict[str, Any]) -> None:
+    """Remember, in the paused record, what a failed resume left: ``not_restored`` (by stream)
+    names the notebooks whose restore failed (their kernel is empty; ``unreadable`` when their
+    checkpoint is missing or corrupt), which a stop or a pause must never checkpoint over
+    their good checkpoint, and which a second resume starts fresh when it is unreadable. A
+    kernel that was restored is recorded as the notebook's kernel, so a retry reuses it
+    instead of starting another one that nobody owns."""
+    by_kid = {k.get("kernel_id"): k for k in pause.get("kernels") or []}
+    left = dict(pause.get("not_restored") or {})
+    for k in report.get("kernels") or []:
+        rec = by_kid.get(k.get("previous_kernel_id"))
+        if rec is None:
+            continue
+        stream = rec.get("stream") or rec.get("path")
+        if k.get("outcome") == "failed" and k.get("restore_failed"):
+            left[stream] = {"path": rec.get("path"), "kernel_id": k.get("kernel_id"),
+                            "checkpoint_id": rec.get("checkpoint_id"),
+                            "unreadable": k.get("unreadable"), "reason": k.get("reason")}
+        elif k.get("outcome") in ("restored", "live"):
+            left.pop(stream, None)
+            if k.get("kernel_id"):
+                rec["kernel_id"] = k["kernel_id"]
+    pause["not_restored"] = left
+
+
+def not_restored_kernels(st: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Running kernel id -> note, for the notebooks of a failed resume whose restore failed
+    and whose checkpoint is still readable: their kernel holds none of it (a failed restore
+    changes nothing), so checkpointing it would put an empty checkpoint over the good one."""
+    pause = st.get("pause") or {}
+    return {n["kernel_id"]: n for n in (pause.get("not_restored") or {}).values()
+            if n.get("kernel_id") and not n.get("unreadable")}
+
+
 def _drop_pending(st: dict[str, Any], paths: list[str | None]) -> None:
     pending = (st.get("stopped") or {}).get("pending")
     if pending:
         st["stopped"]["pending"] = [p for p in pending if p not in paths]
+
+
+def _pause_after_stop(st: dict[str, Any], saved: list[dict[str, Any]]) -> list[str]:
+    """A stop from a failed resume (the paused record is still the way back): the notebooks
+    this stop saved go back through their newer stop checkpoint; the others keep the paused
+    checkpoint, offered to POST resume (offered, so that a pause may replace it). Their paths."""
+    pause = st.get("pause")
+    if not pause:
+        return []
+    done = {k.get("stream") for k in saved}
+    left = [k for k in pause.get("kernels") or [] if k.get("stream") not in done]
+    if not left:
+        st["pause"] = None
+        return []
+    notes = {s: n for s, n in (pause.get("not_restored") or {}).items() if s not in done}
+    known = {p.get("stream"): p for p in pause.get("previous") or []}
+    pause.update(kernels=left, checkpoints=[k.get("checkpoint_id") for k in left],
+                 offered=True, not_restored=notes,
+                 previous=[known.get(k.get("stream")) or {
+                     "path": k.get("path"), "stream": k.get("stream"),
+                     "checkpoint_id": k.get("checkpoint_id"), "created": None} for k in left])
+    return [k.get("path") or str(k.get("stream")) for k in left]
 
 
 def _apply_stop(st: dict[str, Any], e: dict[str, Any]) -> None:
@@ -183,10 +294,14 @@ def _apply_stop(st: dict[str, Any], e: dict[str, Any]) -> None:
             "pending": [k["path"] for k in saved if k.get("path")],
         }
         st["stopped"] = stopped
+        waiting = _pause_after_stop(st, saved)
+        hint = ("Open a saved notebook: its variables are restored before its first cell "
+                "runs.") if stopped["pending"] else None
+        if waiting:
+            hint = (f"{hint + ' ' if hint else ''}Resume to restore {', '.join(waiting)} from "
+                    "its checkpoint (its last restore did not complete).")
         st.update(state="running", outcome="stopped", flight=None, stopping=None,
-                  reason=stopped_text(stopped) if rows else None,
-                  hint=("Open a saved notebook: its variables are restored before its first "
-                        "cell runs.") if stopped["pending"] else None)
+                  reason=stopped_text(stopped) if rows else None, hint=hint)
     elif ev == "restored_after_stop":
         stopped = st.get("stopped") or {}
         path = e.get("path")

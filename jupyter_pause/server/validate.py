@@ -8,6 +8,7 @@ decoded, so ``[`` x 100000 is a 400, not a RecursionError. A refusal names the f
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import jsonschema
@@ -16,6 +17,9 @@ MAX_BODY = 64 * 1024  # bytes; every body of this API is a handful of small fiel
 MAX_DEPTH = 8  # the deepest body (recompute's names list) nests 2
 MAX_TEXT = 200  # free-text fields (trigger)
 MAX_PATH = 4096
+# A "\ud800" escape is valid JSON but no Unicode text: it could not be written to the journal
+# as UTF-8 or printed later (UnicodeEncodeError), so it is refused here, at the door.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class BadRequest(ValueError):
@@ -95,7 +99,18 @@ def check(data: Any, schema: dict[str, Any]) -> dict[str, Any]:
                  for e in _Validator(schema).iter_errors(data) if e.absolute_path]
     if problems:
         raise BadRequest(min(problems)[-1])
+    for k in fields:
+        _refuse_surrogates(k, data.get(k))
     return {k: data.get(k) for k in fields}
+
+
+def _refuse_surrogates(name: str, value: Any) -> None:
+    if isinstance(value, str) and _SURROGATE.search(value):
+        raise BadRequest(f"{name} is not valid Unicode text (it holds a lone surrogate such as "
+                         "\\ud800)")
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _refuse_surrogates(f"{name}[{i}]", item)
 
 
 def check_value(name: str, value: Any, schema: dict[str, Any]) -> Any:
@@ -103,6 +118,7 @@ def check_value(name: str, value: Any, schema: dict[str, Any]) -> Any:
     error = jsonschema.exceptions.best_match(_Validator(schema).iter_errors(value))
     if error is not None:
         raise BadRequest(_message(error, _field_name(error, name)))
+    _refuse_surrogates(name, value)
     return value
 
 
@@ -147,7 +163,8 @@ def check_raw(raw: bytes | None) -> None:
     if depth > MAX_DEPTH:
         raise BadRequest(f"the request body nests deeper than {MAX_DEPTH} levels")
     if depth < 0:
-        raise BadRequest("the request body is not JSON")
+        raise BadRequest("the request body is not JSON: NaN and Infinity are not JSON numbers "
+                         "(every number must be finite)")
 
 
 def query_number(name: str, value: str | None, *, minimum: float, maximum: float) -> float | None:

@@ -114,6 +114,10 @@ def test_gc_spares_blobs_a_running_write_is_about_to_reference(store, key):
     blob = next(d for d, b in r.manifest.blobs.items() if b["kind"] == "buffer")
     old = os.path.getmtime(store.blob_path(blob)) - 3600
     os.utime(store.blob_path(blob), (old, old))
+    # the aged file is no longer the one this process wrote: a write vouches for it again only
+    # once it has read it back (goodblobs)
+    assert not store.claim_blob(blob)
+    read(store, key=key, checkpoint_id=r.checkpoint_id)
     txn = store.begin("20991231T000000000000Z-abcdef")  # another writer, in flight
     store.delete(r.checkpoint_id)
     assert store.claim_blob(blob)  # it found the blob and will reference it
@@ -149,3 +153,112 @@ def test_xxh3_tensor_check_sees_changes_behind_torchs_back(store, key):
     r = write(ns, store, key=key, cache=cache)
     assert 200_000 <= r.bytes_written < 210_000, r.bytes_written
     assert read(store, key=key).values["t1"][7].item() == 3.0
+
+
+# -- change detection never misses a change -----------------------------------------------
+# torch's _version counter is not bumped by writes through `.data`, `.numpy()` views or a
+# parameter's `.data`: a check that trusted it reported "saved" and kept the old bytes.
+def _writes_behind_torchs_back(torch, ns):
+    ns["t"].data[3] = 7.0
+    ns["t"].numpy()[5] = 9.0
+    ns["lin"].bias.data[0] = 11.0
+    ns["lin"].weight.detach().numpy()[0, 0] = 13.0
+
+
+def _assert_behind_torchs_back(torch, got):
+    assert got["t"][3].item() == 7.0 and got["t"][5].item() == 9.0
+    assert got["lin"].bias[0].item() == 11.0 and got["lin"].weight[0, 0].item() == 13.0
+
+
+def test_writes_behind_torchs_back_are_saved_with_the_same_cache(store, key):
+    torch = pytest.importorskip("torch")
+    ns = {"t": torch.zeros(50_000), "lin": torch.nn.Linear(200, 100)}
+    cache = WriteCache()
+    write(ns, store, key=key, cache=cache)
+    assert write(ns, store, key=key, cache=cache).bytes_written < 4096  # unchanged: nothing
+    _writes_behind_torchs_back(torch, ns)
+    write(ns, store, key=key, cache=cache)
+    _assert_behind_torchs_back(torch, read(store, key=key).values)
+
+
+def test_writes_behind_torchs_back_after_a_restore_are_saved(store, key):
+    """As after a resume: the values come from read(), then change in place, then a fresh
+    kernel's cache checkpoints them."""
+    torch = pytest.importorskip("torch")
+    write({"t": torch.zeros(50_000), "lin": torch.nn.Linear(200, 100)}, store, key=key,
+          cache=WriteCache())
+    v = read(store, key=key).values
+    _writes_behind_torchs_back(torch, v)
+    r = write(v, store, key=key, cache=WriteCache())
+    assert r.bytes_written >= 50_000 * 4  # the changed storages were written, not referenced
+    _assert_behind_torchs_back(torch, read(store, key=key).values)
+    # and a checkpoint of the unchanged values after that restore writes (almost) nothing
+    v2 = read(store, key=key).values
+    assert write(v2, store, key=key, cache=WriteCache()).bytes_written < 4096
+
+
+def test_inference_mode_and_bare_storages_are_checked_by_content(store, key):
+    torch = pytest.importorskip("torch")
+    with torch.inference_mode():
+        inf = torch.zeros(40_000)
+    ns = {"inf": inf, "st": torch.zeros(30_000).untyped_storage()}
+    cache = WriteCache()
+    write(ns, store, key=key, cache=cache)
+    with torch.inference_mode():
+        inf[1] = 2.0
+    torch.empty(0, dtype=torch.uint8).set_(ns["st"])[0] = 5
+    write(ns, store, key=key, cache=cache)
+    got = read(store, key=key).values
+    assert got["inf"][1].item() == 2.0
+    assert torch.empty(0, dtype=torch.uint8).set_(got["st"])[0].item() == 5
+
+
+# -- a blob damaged in place is never reused -----------------------------------------------
+def _damage(store, digest):
+    path = store.blob_path(digest)
+    with open(path, "r+b") as f:  # same size, other bytes
+        f.seek(os.path.getsize(path) // 2)
+        b = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("fresh_cache", [False, True], ids=["same-process", "fresh-cache"])
+def test_a_damaged_blob_is_written_again_by_the_next_checkpoint(store, key, fresh_cache):
+    from jupyter_pause.checkpoint import IntegrityError
+
+    torch = pytest.importorskip("torch")
+    ns = {"arr": np.arange(400_000.0), "t": torch.arange(100_000.0), "small": {"x": 1}}
+    cache = WriteCache()
+    r1 = write(ns, store, key=key, cache=cache)
+    for digest, info in r1.manifest.blobs.items():
+        if info["kind"] in ("buffer", "tensors"):
+            _damage(store, digest)
+    with pytest.raises(IntegrityError):
+        read(store, key=key)
+    r2 = write(ns, store, key=key, cache=WriteCache() if fresh_cache else cache)
+    assert r2.bytes_written >= 400_000 * 8 + 100_000 * 4  # both rewritten, not referenced
+    got = read(store, key=key, checkpoint_id=r2.checkpoint_id).values
+    assert np.array_equal(got["arr"], ns["arr"])
+    assert torch.equal(got["t"], ns["t"]) and got["small"] == {"x": 1}
+    # the rewrite repaired the shared blob in place: the old checkpoint reads again too
+    assert np.array_equal(read(store, key=key, checkpoint_id=r1.checkpoint_id).values["arr"],
+                          ns["arr"])
+
+
+def test_a_blob_replaced_by_another_file_is_not_vouched_for(store, key):
+    """Same bytes, another file (copied back from a backup, say): not hashed by this process, so
+    not reused until it is read back; the write replaces it with the bytes it hashed."""
+    import shutil
+
+    ns = {"arr": np.arange(300_000.0)}
+    cache = WriteCache()
+    r1 = write(ns, store, key=key, cache=cache)
+    blob = next(d for d, b in r1.manifest.blobs.items() if b["kind"] == "buffer")
+    path = store.blob_path(blob)
+    shutil.copy(path, path + ".copy")
+    os.replace(path + ".copy", path)
+    assert not store.claim_blob(blob)
+    assert write(ns, store, key=key, cache=cache).bytes_written >= 300_000 * 8
+    assert store.claim_blob(blob)  # now the file this process wrote
+    assert write(ns, store, key=key, cache=cache).bytes_written < 4096

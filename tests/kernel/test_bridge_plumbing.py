@@ -24,8 +24,10 @@ def test_liveness_fresh_kernel_no_trace(kernel_factory):
     assert res["ok"] is True
     assert res["token"] is None and res["never_pause"] is False and res["restored"] is None
     assert res["pid"] == k.eval("__import__('os').getpid()")
+    assert res["cells_run"] == k.eval("get_ipython().execution_count") - 1 >= 1
     bad = bridge(k, "no_such_function")
-    assert bad == {"ok": False, "error": "unknown bridge function 'no_such_function'"}
+    assert bad == {"ok": False, "error": "unknown bridge function 'no_such_function'",
+                   "error_kind": None}
     assert k.eval(STATE) == before
 
 

@@ -7,6 +7,8 @@ import json
 import pytest
 from tornado.httpclient import HTTPClientError
 
+from jupyter_pause.server import kernelguard
+
 pytestmark = pytest.mark.timeout(180)
 
 
@@ -82,12 +84,13 @@ async def test_checkpoints_in_a_new_session_never_delete_what_the_pause_needs(ws
     assert st["state"] == "paused", st
     needed = st["last_checkpoint"]["id"]
 
-    # Someone opens the same notebook again while paused and checkpoints it over and over.
-    again = await ws.open_notebook("keep.ipynb")
-    kid = again["kernel"]["id"]
+    # No session can start a kernel while paused (kernelguard); a kernel that exists anyway
+    # (another extension's, one a backend kept) checkpoints the notebook's stream over and over.
+    with kernelguard.own_starts():
+        kid = await ws.serverapp.kernel_manager.start_kernel(kernel_name="python3")
     await ws.run(kid, "%load_ext jupyter_pause\nx = 0")
     for _ in range(7):
-        await ws.run(kid, "%checkpoint --keep 2")
+        await ws.run(kid, "%checkpoint --stream keep.ipynb --keep 2")
     listing = [c["id"] for c in (await ws.api("GET", "checkpoints"))["checkpoints"]]
     assert needed in listing, listing
     assert len(listing) <= 3, listing  # retention still works for everything else

@@ -17,34 +17,9 @@ import pytest
 from server_process import Server
 
 from jupyter_pause.server import bridge as kbridge
+from tests.harness import SLOW_PICKLE, until
 
 pytestmark = pytest.mark.timeout(240)
-
-# A variable whose pickling announces itself (a marker file) and then takes `seconds`.
-SLOW = """
-import pathlib, time
-class Slow:
-    def __init__(self, marker, seconds):
-        self.marker, self.seconds = marker, seconds
-    def __getstate__(self):
-        pathlib.Path(self.marker).write_text("pickling")
-        time.sleep(self.seconds)
-        return {}
-"""
-
-
-async def until(predicate, timeout=60.0, what="condition"):
-    """Poll ``predicate`` (sync or async) until it is true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        await asyncio.sleep(0.05)
 
 
 def _pid(ws, kid):
@@ -70,7 +45,7 @@ async def test_kernel_killed_mid_checkpoint_ends_the_pause_with_the_truth(ws, tm
     await ws.run(kid, "x = 41")
     first = await _server_checkpoint(ws, kid)
     marker = tmp_path / "pickling"
-    await ws.run(kid, SLOW + f"slow = Slow({str(marker)!r}, 60)")
+    await ws.run(kid, SLOW_PICKLE + f"slow = Slow({str(marker)!r}, 60)")
     old_pid = _pid(ws, kid)
 
     await ws.api("POST", "pause", {"trigger": "manual"})
@@ -168,7 +143,7 @@ async def test_variable_that_never_finishes_pickling_is_skipped(ws, tmp_path):
     nb = await ws.open_notebook("hangs.ipynb")
     kid = nb["kernel"]["id"]
     marker = tmp_path / "pickling"
-    await ws.run(kid, SLOW + f"hung = Slow({str(marker)!r}, 10**6)\nkept = [1, 2, 3]")
+    await ws.run(kid, SLOW_PICKLE + f"hung = Slow({str(marker)!r}, 10**6)\nkept = [1, 2, 3]")
 
     await ws.api("POST", "pause", {"trigger": "manual"})
     await asyncio.wait_for(ws.lifecycle.wait(), 120)  # not bridge_timeout (an hour)
@@ -303,7 +278,7 @@ def test_server_killed_mid_checkpoint_offers_the_previous_checkpoint(servers, tm
     # The next pause: its checkpoint is under way (a temp file of it in the store) when the
     # server and its kernels are SIGKILLed.
     marker = tmp_path / "pickling"
-    srv.run_cell(kid, "import numpy as np\nbig = np.ones(4 * 2**20)\n" + SLOW
+    srv.run_cell(kid, "import numpy as np\nbig = np.ones(4 * 2**20)\n" + SLOW_PICKLE
                  + f"slow = Slow({str(marker)!r}, 120)")
     srv.call("POST", "jupyter-pause/api/pause", {"trigger": "manual"})
     _wait(marker.exists, what="the checkpoint under way")

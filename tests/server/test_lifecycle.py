@@ -98,14 +98,19 @@ async def test_reopened_notebook_is_not_reported_live(ws, jp_serverapp):
     await ws.run(nb["kernel"]["id"], "y = 'kept'")
     _, st = await ws.flight("pause")
     assert st["state"] == "paused"
-    # The person reopens the notebook before resuming: a new session and a fresh kernel.
-    nb2 = await ws.open_notebook("re.ipynb")
+    # The person reopens the notebook before resuming: refused, no kernel starts while paused
+    # (one would get the checkpoint merged over its work at resume).
+    with pytest.raises(HTTPClientError) as e:
+        await ws.open_notebook("re.ipynb")
+    assert e.value.code == 409
+    assert json.loads(e.value.response.body)["message"] == (
+        "the workspace is paused; resume it first")
     _, st = await ws.flight("resume")
     (k,) = st["last_report"]["kernels"]
+    # The resume's fresh kernel has no liveness token: restored, never reported live.
     assert st["outcome"] == "restored" and k["outcome"] == "restored", st
-    assert k["kernel_id"] == nb2["kernel"]["id"]  # restored into the kernel it opened
-    assert (await ws.run(nb2["kernel"]["id"], "print(y)")).strip() == "kept"
-    assert len(jp_serverapp.kernel_manager.list_kernel_ids()) == 1
+    assert (await ws.run(k["kernel_id"], "print(y)")).strip() == "kept"
+    assert list(jp_serverapp.kernel_manager.list_kernel_ids()) == [k["kernel_id"]]
 
 
 async def test_concurrent_requests_make_one_flight(ws, jp_serverapp):

@@ -71,7 +71,8 @@ def test_journal_files_and_folders_are_private_whatever_the_umask(tmp_path):
 def test_too_open_state_dir_is_fixed_at_start_with_a_warning(tmp_path, caplog):
     d = tmp_path / "state"
     (d / "validate").mkdir(parents=True)
-    (d / "journal.jsonl").write_text(json.dumps({"seq": 1, "event": "activity"}) + "\n")
+    (d / "journal.jsonl").write_text(
+        json.dumps({"seq": 1, "at": "2026-01-01T00:00:00+00:00", "event": "activity"}) + "\n")
     (d / "validate" / "validate.json").write_text("{}")
     outside = tmp_path / "outside.txt"
     outside.write_text("not the state's")

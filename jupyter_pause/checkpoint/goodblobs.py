@@ -1,0 +1,54 @@
+"""Blobs this process knows to be good: it hashed their bytes itself (writing them, or reading
+them back and checking the digest) and the file is the same file, unchanged, since.
+
+A blob's name is its digest, but the file at that name can still be damaged in place (a disk, a
+person, a tool). Reusing a blob on its name and size alone let one damaged blob spread into every
+later checkpoint, and the next restore lost the whole notebook. So a write references an existing
+blob only while it is known good here; otherwise it writes the bytes again (an atomic replace),
+and the new checkpoint is whole even when an older one is damaged.
+
+A stamp is what the store says of the file that changes with any rewrite: locally (device, inode,
+size, mtime, ctime; ctime cannot be set back by a user); in an object store the object's
+generation or ETag. Stores whose objects have no such identity are never trusted this way.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+Stamp = tuple
+
+_MAX = 200_000  # remembered blobs per process (the oldest are forgotten: they are rewritten)
+_good: OrderedDict[tuple[str, str], Stamp] = OrderedDict()
+_lock = threading.Lock()
+
+
+def remember(store_url: str, digest: str, stamp: Stamp | None) -> None:
+    """Record that ``digest`` was hashed by this process while its file had ``stamp``."""
+    if stamp is None:
+        return
+    with _lock:
+        _good[(store_url, digest)] = stamp
+        _good.move_to_end((store_url, digest))
+        while len(_good) > _MAX:
+            _good.popitem(last=False)
+
+
+def is_good(store_url: str, digest: str, stamp: Stamp | None) -> bool:
+    """True when this process hashed ``digest`` and its file still has the same ``stamp``."""
+    if stamp is None:
+        return False
+    with _lock:
+        return _good.get((store_url, digest)) == stamp
+
+
+def forget(store_url: str, digest: str) -> None:
+    with _lock:
+        _good.pop((store_url, digest), None)
+
+
+def forget_all() -> None:
+    """Forget every blob (tests; a process that wants every later write to be a full one)."""
+    with _lock:
+        _good.clear()

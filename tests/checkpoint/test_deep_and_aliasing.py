@@ -1,0 +1,217 @@
+"""Deep structures (walked iteratively, under the time limit, pickled and unpickled without
+RecursionError) and memory shared between numpy arrays and torch tensors."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from jupyter_pause.checkpoint import graph, read, write
+from jupyter_pause.checkpoint.graph import group_variables
+
+from .helpers import run_py, statuses
+
+torch = pytest.importorskip("torch")
+
+
+class Node:
+    """A linked-list node importable by name (the C pickler's path)."""
+
+    def __init__(self, value: int, nxt: Node | None = None) -> None:
+        self.value = value
+        self.next = nxt
+
+
+def _linked(n: int) -> Node:
+    head = None
+    for i in range(n):
+        head = Node(i, head)
+    return head
+
+
+def _linked_values(head: Node) -> list[int]:
+    out = []
+    while head is not None:
+        out.append(head.value)
+        head = head.next
+    return out
+
+
+def _nested(n: int) -> list:
+    x: list = []
+    for i in range(n):
+        x = [x, i]
+    return x
+
+
+def _nested_values(x: list) -> list[int]:
+    out = []
+    while x:
+        x, i = x
+        out.append(i)
+    return out
+
+
+def _group_of(walk, name: str) -> list[str]:
+    return next(g for g in walk.groups if name in g)
+
+
+# -- the walk -----------------------------------------------------------------------------------
+def test_walk_of_deep_structures_is_linear():
+    chain, nested = _linked(60_000), _nested(60_000)
+    t0 = time.monotonic()
+    w = group_variables([("chain", chain), ("nested", nested)])
+    took = time.monotonic() - t0
+    assert sorted(map(sorted, w.groups)) == [["chain"], ["nested"]]
+    assert took < 3.0, f"walking 2 x 60k levels took {took:.1f} s (quadratic?)"
+
+
+def test_walk_finds_sharing_at_the_bottom_of_a_deep_chain():
+    tail = {"shared": [1, 2, 3]}
+    chain = _linked(50_000)
+    node = chain
+    while node.next is not None:
+        node = node.next
+    node.next = tail
+    w = group_variables([("chain", chain), ("other", tail["shared"]), ("alone", [4])])
+    assert sorted(_group_of(w, "chain")) == ["chain", "other"]
+    assert _group_of(w, "alone") == ["alone"]
+
+
+def test_walk_ticks_progress(monkeypatch):
+    ticks: list[int] = []
+    monkeypatch.setattr(graph, "_TICK", 0.0)  # every level: the walk of a small chain suffices
+    group_variables([("chain", _linked(2_000)), ("a", [np.zeros(10)])], tick=ticks.append)
+    assert len(ticks) > 100
+    assert ticks[-1] == 80  # the array's bytes, once the walk got to it
+
+
+def test_walk_past_the_limit_skips_only_that_variable(store, key):
+    inner = [1, 2]
+    shared = [inner]
+    ns = {
+        "before": {"k": shared},
+        "huge": [shared, _linked(400_000)],
+        "after": {"b": inner},
+        "plain": list(range(10)),
+    }
+    res = write(ns, store, key=key, unit_timeout=0.05)
+    st = {v.name: (v.status, v.reason) for v in res.variables}
+    assert st["huge"][0] == "skipped"
+    assert "to walk" in st["huge"][1] and "0.05" in st["huge"][1]
+    assert {n: s for n, (s, _r) in st.items() if n != "huge"} == {
+        "before": "saved", "after": "saved", "plain": "saved"}
+    got = read(store, key=key).values
+    assert "huge" not in got
+    assert got["plain"] == list(range(10))
+    assert got["before"]["k"][0] is got["after"]["b"]  # still linked through the skipped one
+    assert got["after"]["b"] == [1, 2]
+
+
+# -- pickling and unpickling deep structures ----------------------------------------------------
+def test_deep_linked_list_and_nested_list_round_trip(store, key):
+    assert sys.getrecursionlimit() < 100_000  # the default stack: the picklers alone would fail
+    limit = sys.getrecursionlimit()
+    ns = {"chain": _linked(200_000), "nested": _nested(100_000), "small": {"x": 1}}
+    t0 = time.monotonic()
+    res = write(ns, store, key=key, unit_timeout=120)
+    t_write = time.monotonic() - t0
+    assert statuses(res.variables) == {"chain": "saved", "nested": "saved", "small": "saved"}
+    t0 = time.monotonic()
+    back = read(store, key=key)
+    t_read = time.monotonic() - t0
+    assert statuses(back.variables) == {"chain": "restored", "nested": "restored",
+                                        "small": "restored"}
+    assert _linked_values(back.values["chain"]) == list(range(199_999, -1, -1))
+    assert _nested_values(back.values["nested"]) == list(range(99_999, -1, -1))
+    assert back.values["small"] == {"x": 1}
+    assert sys.getrecursionlimit() == limit  # put back after the deep calls
+    print(f"\n200k linked + 100k nested: write {t_write:.2f} s, read {t_read:.2f} s")
+
+
+def test_deep_structure_of_notebook_classes_goes_through_dill(tmp_path):
+    # classes defined in __main__ (as in a notebook) are dill's: pure Python, recursing deeper
+    code = """
+    import sys
+    from jupyter_pause.checkpoint import load_or_create_key, read, write
+
+    class Cell:
+        def __init__(self, v, nxt):
+            self.v, self.nxt = v, nxt
+
+    head = None
+    for i in range(30_000):
+        head = Cell(i, head)
+    key = load_or_create_key(sys.argv[1] + "/k")
+    res = write({"head": head}, sys.argv[1] + "/s", key=key)
+    print({v.name: v.status for v in res.variables}, res.manifest.groups[0]["pickler"])
+    got = read(sys.argv[1] + "/s", key=key).values["head"]
+    n = 0
+    while got is not None:
+        assert got.v == 29_999 - n
+        got, n = got.nxt, n + 1
+    print("nodes", n, type(read(sys.argv[1] + "/s", key=key).values["head"]).__module__)
+    """
+    p = run_py(code, str(tmp_path), timeout=300)
+    assert "{'head': 'saved'} dill" in p.stdout
+    assert "nodes 30000 __main__" in p.stdout
+
+
+# -- numpy <-> torch shared memory --------------------------------------------------------------
+def _shares(a: np.ndarray, t) -> bool:
+    """A write through ``a`` shows in ``t`` and back."""
+    a.flat[0] = 12345
+    seen = t.reshape(-1)[0].item() == 12345
+    t.reshape(-1)[-1] = -7
+    return seen and a.flat[-1] == -7
+
+
+def test_from_numpy_in_two_variables_comes_back_shared(store, key):
+    a = np.arange(10, dtype=np.float64)
+    ns = {"a": a, "t": torch.from_numpy(a), "other": [1]}
+    w = group_variables(list(ns.items()), ns)
+    assert sorted(_group_of(w, "a")) == ["a", "t"]
+    write(ns, store, key=key)
+    got = read(store, key=key).values
+    np.testing.assert_array_equal(got["a"], np.arange(10.0))
+    assert got["t"].tolist() == list(range(10))
+    assert _shares(got["a"], got["t"])
+
+
+def test_tensor_numpy_in_two_variables_comes_back_shared(store, key):
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    ns = {"t": t, "n": t.numpy(), "view": t.numpy()[1]}
+    write(ns, store, key=key)
+    got = read(store, key=key).values
+    assert got["t"].tolist() == torch.arange(12.0).reshape(3, 4).tolist()
+    np.testing.assert_array_equal(got["n"], np.arange(12.0).reshape(3, 4))
+    np.testing.assert_array_equal(got["view"], [4.0, 5.0, 6.0, 7.0])
+    assert _shares(got["n"], got["t"])
+    got["t"][1, 0] = 99
+    assert got["view"][0] == 99
+
+
+def test_shared_memory_in_one_variable_and_slices(store, key):
+    a = np.arange(20, dtype=np.int64)
+    ns = {"pair": (a, torch.from_numpy(a[:10]), torch.from_numpy(a[10:]))}
+    write(ns, store, key=key)
+    a2, lo, hi = read(store, key=key).values["pair"]
+    np.testing.assert_array_equal(a2, np.arange(20))
+    assert lo.tolist() == list(range(10)) and hi.tolist() == list(range(10, 20))
+    a2[0], a2[15] = -1, -2
+    assert lo[0].item() == -1 and hi[5].item() == -2
+    hi[9] = 77
+    assert a2[19] == 77
+
+
+def test_large_from_numpy_array_out_of_band_comes_back_shared(store, key):
+    a = np.ones((512, 1024), dtype=np.float32)  # 2 MiB: its buffer leaves the stream
+    ns = {"a": a, "t": torch.from_numpy(a)}
+    write(ns, store, key=key)
+    got = read(store, key=key).values
+    assert got["a"].shape == (512, 1024) and float(got["a"].sum()) == 512 * 1024
+    assert got["t"].shape == (512, 1024)
+    assert _shares(got["a"], got["t"])
