@@ -18,7 +18,9 @@ from typing import Any
 # look, pause again) reuses the entries whose storages still hash the same, even with a fresh
 # WriteCache. Bounded: the oldest are forgotten first.
 _RESTORED_MAX = 100_000
-_restored: dict[str, OrderedDict[str, dict[str, Any]]] = {}
+# xxh3 -> every entry with those bytes: two storages with equal bytes (zero biases, say) are
+# two entries, and a write must give each its own, or a restore makes them one memory.
+_restored: dict[str, OrderedDict[str, list[dict[str, Any]]]] = {}
 _restored_lock = threading.Lock()
 
 
@@ -29,10 +31,19 @@ def remember_restored(store_url: str, entries: list[dict[str, Any]]) -> None:
         for e in entries:
             x = e.get("xxh3")
             if isinstance(x, str) and isinstance(e.get("blob"), str):
-                known[x] = {k: v for k, v in e.items() if k != "key"}
+                fixed = {k: v for k, v in e.items() if k != "key"}
+                same = known.setdefault(x, [])
+                if not any(_where(o) == _where(fixed) for o in same):
+                    same.append(fixed)
+                del same[:-64]  # a bound: more equal storages than this are written again
                 known.move_to_end(x)
         while len(known) > _RESTORED_MAX:
             known.popitem(last=False)
+
+
+def _where(e: dict[str, Any]) -> tuple[Any, Any]:
+    """Where an entry's bytes live: its pack and its name in it."""
+    return e.get("blob"), e.get("name")
 
 
 def forget_restored() -> None:
@@ -58,7 +69,7 @@ class WriteCache:
     tensor_check: str = "xxh3"  # "xxh3" | "none"
     store_url: str | None = None
     chunks: dict[str, tuple[str, int]] = field(default_factory=dict)
-    storage_hashes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    storage_hashes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.tensor_check not in ("xxh3", "none"):
@@ -73,12 +84,15 @@ class WriteCache:
         self.chunks.clear()
         self.storage_hashes.clear()
 
-    def storage_entry(self, xxh3: str, nbytes: int) -> dict[str, Any] | None:
-        """The pack entry last written (or restored) for a storage of these bytes, if any."""
-        old = self.storage_hashes.get(xxh3)
-        if old is None and self.store_url is not None:
+    def storage_entry(self, xxh3: str, nbytes: int,
+                      taken: set[tuple[Any, Any]] | None = None) -> dict[str, Any] | None:
+        """A pack entry last written (or restored) for a storage of these bytes that this write
+        has not given to another storage yet (``taken``: their (blob, name)), if any."""
+        cands = list(self.storage_hashes.get(xxh3, ()))
+        if self.store_url is not None:
             with _restored_lock:
-                old = _restored.get(self.store_url, {}).get(xxh3)
-        if old is None or old.get("nbytes") != nbytes:
-            return None
-        return old
+                cands += _restored.get(self.store_url, {}).get(xxh3, ())
+        for old in cands:
+            if old.get("nbytes") == nbytes and (taken is None or _where(old) not in taken):
+                return old
+        return None

@@ -18,6 +18,7 @@ import ctypes
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -39,11 +40,15 @@ def call_deep(fn: Callable[[], T]) -> T:
     exception comes back here."""
     out: dict[str, Any] = {}
 
+    ended = threading.Event()  # not thread.is_alive(): see _wait
+
     def target() -> None:
         try:
             out["value"] = fn()
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             out["error"] = e
+        finally:
+            ended.set()
 
     go = threading.Event()  # the worker may only start recursing once the limit is up
     with _lock:
@@ -53,11 +58,11 @@ def call_deep(fn: Callable[[], T]) -> T:
             thread, size = _start(target, go)
             sys.setrecursionlimit(max(old, size // _BYTES_PER_LEVEL))
             go.set()
-            _wait(thread)
+            _wait(ended)
         finally:
-            if thread is not None and thread.is_alive():
+            if thread is not None and not ended.is_set():
                 go.set()
-                _stop(thread)
+                _stop(thread, ended)
             sys.setrecursionlimit(old)
     if "error" in out:
         raise out["error"]
@@ -84,22 +89,27 @@ def _start(target: Callable[[], None], go: threading.Event) -> tuple[threading.T
     raise RuntimeError("could not start a thread with a large stack for a deep structure")
 
 
-def _wait(thread: threading.Thread) -> None:
-    while thread.is_alive():
-        thread.join(0.05)  # short joins: the caller's signal handlers run in between
+def _wait(ended: threading.Event) -> None:
+    # Not thread.join(): on Python 3.11 a join interrupted by an exception (the limit's
+    # SIGALRM, Ctrl-C) marks the thread stopped while it runs on (threading's
+    # _wait_for_tstate_lock releases the running thread's tstate lock), so is_alive() said
+    # False and the worker was left pickling behind the skipped variable, unstopped, unlogged.
+    while not ended.wait(0.05):  # short waits: the caller's signal handlers run in between
+        pass
 
 
-def _stop(thread: threading.Thread) -> None:
+def _stop(thread: threading.Thread, ended: threading.Event) -> None:
     """Raise _Interrupted in the worker (at its next Python instruction) until it ends."""
-    waited = 0.0
-    while thread.is_alive() and waited < _STOP_WAIT:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(
-            ctypes.c_ulong(thread.ident or 0), ctypes.py_object(_Interrupted)
-        )
+    deadline = time.monotonic() + _STOP_WAIT
+    while not ended.is_set() and time.monotonic() < deadline:
+        # the whole step guarded: the limit's alarm repeats every second and may land in the
+        # ctypes call too; escaping here left the worker running with no warning
         try:
-            thread.join(0.5)
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(thread.ident or 0), ctypes.py_object(_Interrupted)
+            )
+            ended.wait(0.5)
         except BaseException:  # noqa: BLE001, S110 - the limit's repeated alarm: keep waiting
             pass
-        waited += 0.5
-    if thread.is_alive():
+    if not ended.is_set():
         log.warning("a deep pickling thread did not stop after %g s; left running", _STOP_WAIT)

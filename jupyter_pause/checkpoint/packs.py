@@ -28,6 +28,7 @@ class TensorPacks:
         self.pending: list[tuple[int, Any, str]] = []
         self.pending_bytes = 0
         self.reuse: dict[str, list[tuple[int, Any, str]]] = {}  # old pack -> unchanged storages
+        self.taken: set[tuple[Any, Any]] = set()  # (blob, name) of old entries given out
 
     def add(self, us: Any, dtype: str) -> int:
         gi = len(self.entries)
@@ -39,12 +40,15 @@ class TensorPacks:
             # checkpoint taken after this one is restored can reuse what is unchanged.
             x = tensors.storage_xxh3(us)
         if cache is not None and x is not None:
-            old = cache.storage_entry(x, us.nbytes())
+            old = cache.storage_entry(x, us.nbytes(), self.taken)
             if old is not None and old.get("device") != tensors.record_device(us):
                 old = None  # same bytes, other device: the entry must say where it lives
             if old is not None and not self.run.has(old["blob"]):
                 old = None  # gone, or no longer known good: written again
         if old is not None:
+            # one old entry per storage: two storages with equal bytes sharing one entry would
+            # come back as one memory (a write through one shows in the other)
+            self.taken.add((old.get("blob"), old.get("name")))
             # decided at the end: reused only if enough of the old pack is still in use
             self.entries.append(dict(old, key=f"t{gi}", xxh3=x))
             self.reuse.setdefault(old["blob"], []).append((gi, us, dtype))

@@ -123,9 +123,24 @@ class Txn:
     def abort(self) -> None:
         for p in list(self.temps):
             self.store.remove(p)
-        for d in list(self.created):
-            self.store.delete_blob(d)
         self.release()
+        self.drop_created(self.created)
+
+    def drop_created(self, digests: set[str]) -> None:
+        """Remove blobs this write added, except those another writer has taken up since: a
+        published manifest names them, or a running write (its lease) may be about to. Another
+        process cannot know this write's blobs as good, so it rewrote the same bytes in place
+        (not its "created") and published; deleting them outright broke that checkpoint."""
+        if not digests:
+            return
+        from .collect import collect  # collect imports this module
+
+        for d in digests:
+            goodblobs.forget(self.store.url, d)
+        try:
+            collect(self.store, set(digests))
+        except Exception as e:  # noqa: BLE001 - a clean-up; gc() removes what is left
+            log.debug("could not remove the blobs of an aborted write: %s", e)
 
     def release(self) -> None:
         if self.lease:

@@ -119,8 +119,7 @@ def write(
         raise
     pool.shutdown()
     txn.release()
-    for d in orphans & txn.created:
-        store.delete_blob(d)
+    txn.drop_created(orphans & txn.created)
     if cache is not None:
         units.update_cache(cache)
     warnings = _retain(store, stream, keep, key, protect)
@@ -333,10 +332,14 @@ class _Units:
     def update_cache(self, cache: WriteCache) -> None:
         """What the next write may reuse: this one's chunks and storage hashes."""
         cache.chunks = dict(self.pool.new_chunks)
-        cache.storage_hashes = {
-            te["xxh3"]: {k: v for k, v in te.items() if k != "key"}
-            for te in self.tensor_entries if "xxh3" in te
-        }
+        hashes: dict[str, list[dict[str, Any]]] = {}
+        for te in self.tensor_entries:
+            if "xxh3" in te:
+                fixed = {k: v for k, v in te.items() if k != "key"}
+                same = hashes.setdefault(te["xxh3"], [])
+                if all((o["blob"], o["name"]) != (fixed["blob"], fixed["name"]) for o in same):
+                    same.append(fixed)
+        cache.storage_hashes = hashes
 
 
 def _retain(store: Store, stream: str, keep: int | None, key: bytes,

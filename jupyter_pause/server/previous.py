@@ -40,17 +40,23 @@ def offer_previous(app: PauseApp, records: list[KernelRecord], fid: str | None
     }
 
 
-def age_text(created: str | None) -> str:
-    """``"3 hours old"``: a checkpoint's age in words."""
-    try:
-        seconds = max(0.0, (datetime.now(timezone.utc) - parse_iso(str(created))).total_seconds())
-    except (TypeError, ValueError):
-        return "of unknown age"
+def age_words(seconds: float) -> str:
+    """``"3 hours"``: a duration in words (its largest unit)."""
+    seconds = max(0.0, seconds)
     for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds >= size:
             n = int(seconds // size)
-            return f"{n} {unit}{'s' if n != 1 else ''} old"
-    return f"{int(seconds)} s old"
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{int(seconds)} s"
+
+
+def age_text(created: str | None) -> str:
+    """``"3 hours old"``: a checkpoint's age in words."""
+    try:
+        seconds = (datetime.now(timezone.utc) - parse_iso(str(created))).total_seconds()
+    except (TypeError, ValueError):
+        return "of unknown age"
+    return f"{age_words(seconds)} old"
 
 
 def offer_text(offer: dict[str, Any]) -> str:
@@ -67,6 +73,7 @@ def add_previous(rows: list[dict[str, Any]], offer: dict[str, Any] | None) -> No
         if row["status"] == "saved":
             continue
         p = previous.get(row.get("stream"))
+        row.setdefault("cause", row["reason"])  # why it was not saved, without what follows
         if p:
             row["previous_checkpoint"] = p.get("checkpoint_id")
             row["reason"] = (f"{row['reason']}; its previous checkpoint {p.get('checkpoint_id')} "
@@ -74,3 +81,23 @@ def add_previous(rows: list[dict[str, Any]], offer: dict[str, Any] | None) -> No
         else:
             row["previous_checkpoint"] = None
             row["reason"] = f"{row['reason']}; it has no earlier checkpoint"
+
+
+def offer_hint(pause: dict[str, Any] | None) -> str | None:
+    """The hint for the notebooks a server stop did not save and whose earlier checkpoint is
+    offered (``previous`` entries with ``not_saved``, see :func:`.state._offer_after_stop`).
+    Their age is told as of the stop, so that the text depends on the journal alone."""
+    lines = []
+    for p in (pause or {}).get("previous") or []:
+        why = p.get("not_saved")
+        if not isinstance(why, dict):
+            continue
+        try:
+            seconds = (parse_iso(str(why.get("stopped_at")))
+                       - parse_iso(str(p.get("created")))).total_seconds()
+            age = f"{age_words(seconds)} before the stop"
+        except (TypeError, ValueError):
+            age = "unknown age"
+        lines.append(f"{p.get('path') or p.get('stream')} was not saved at the stop "
+                     f"({why.get('reason')}); its checkpoint of {age} can be restored: Resume")
+    return ". ".join(lines) + "." if lines else None

@@ -68,9 +68,13 @@ def _settle_interrupted_stop(rec: Recorder, fid: str | None) -> None:
         else:
             lost.append(kr)
         rows.append(row)
-    add_previous(rows, offer_previous(rec.app, lost, fid) if lost else None)
+    offer = offer_previous(rec.app, lost, fid) if lost else None
+    add_previous(rows, offer)
+    # The not-saved notebooks' previous checkpoints are offered to POST resume (state.apply).
+    extra = {"resume_from": offer} if offer else {}
     rec.record_sync("stopped", fid, "stop", trigger=stopping.get("trigger"),
-                    hub=bool(stopping.get("hub")), interrupted=True, rows=rows, kernels=saved)
+                    hub=bool(stopping.get("hub")), interrupted=True, rows=rows, kernels=saved,
+                    **extra)
 
 
 def _settle_interrupted_checkpoint(rec: Recorder, fid: str | None) -> None:

@@ -175,12 +175,15 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
                 await km.shutdown_kernel(kid, now=True)
             except Exception as e:  # noqa: BLE001 - the server's own clean-up tries again
                 lc.log.warning("jupyter_pause: could not stop kernel %s: %s", kid[:8], e)
-        await _name_previous(lc, records, rows)
+        offer = await _name_previous(lc, records, rows)
         saved = [r.to_dict() for r in records
                  if any(row["kernel_id"] == r.kernel_id and row["status"] == "saved"
                         for row in rows)]
+        # The not-saved notebooks' previous checkpoints are offered to POST resume (state.apply).
+        extra = {"resume_from": offer} if offer else {}
         entry = await lc.record(
             "stopped", trigger=trigger, hub=hub, budget_s=budget, rows=rows, kernels=saved,
+            **extra,
             restore=bool(app.restore_after_stop),
             durations={"total_s": round(time.monotonic() - t0, 3)},
             bytes_written=sum(int(r.get("bytes_written") or 0) for r in rows),
@@ -208,19 +211,22 @@ async def writes_held(lc: Lifecycle, timeout: float) -> str | None:
 
 
 async def _name_previous(lc: Lifecycle, records: list[KernelRecord],
-                         rows: list[dict[str, Any]]) -> None:
-    """Add to each not-saved row which earlier checkpoint of that notebook is still there."""
+                         rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Add to each not-saved row which earlier checkpoint of that notebook is still there; the
+    offer of those checkpoints (:func:`.previous.offer_previous`), or None."""
     lost = [copy.copy(r) for r in records
             if any(row["kernel_id"] == r.kernel_id and row["status"] != "saved" for row in rows)]
     if not lost:
-        return
+        return None
+    fid = lc.flight.id if lc.flight is not None else None
     try:
-        offer = await asyncio.wait_for(asyncio.to_thread(offer_previous, lc.app, lost, None),
+        offer = await asyncio.wait_for(asyncio.to_thread(offer_previous, lc.app, lost, fid),
                                        PREVIOUS_LOOKUP_S)
-    except Exception as e:  # noqa: BLE001 - only a detail of the journal
+    except Exception as e:  # noqa: BLE001 - the rows say it; nothing is offered then
         lc.log.warning("jupyter_pause: earlier checkpoints not looked up: %s", e)
-        return
+        return None
     add_previous(rows, offer)
+    return offer
 
 
 # ---------------------------------------------------------------------- restore after a stop

@@ -9,7 +9,9 @@
 A pause whose kernels lost their memory on the way (a kernel died mid-checkpoint, or the server
 died with its kernels) fails with ``resume_from``: the previous good checkpoint of each such
 notebook, which becomes the state's ``pause`` (marked ``offered``) so that POST resume restores
-it; a new pause replaces the offer.
+it; a new pause replaces the offer. A server stop that could not save a notebook (busy past the
+budget, killed mid-checkpoint) offers that notebook's previous checkpoint the same way: its
+``stopped`` event carries ``resume_from``.
 
 Each transition is a journal event (contract §4). :func:`apply` is the only code that turns
 events into state, so the state after a crash is rebuilt by replaying the journal through it.
@@ -22,6 +24,7 @@ from typing import Any
 from ..journal import parse_iso
 from ..variables import as_row, set_status
 from .pausereport import stopped_text
+from .previous import offer_hint
 
 PAUSE_STATES = ("checkpointing", "snapshotting", "releasing")
 RESUME_STATES = ("resuming", "waiting_for_capacity", "verifying", "restoring")
@@ -268,7 +271,56 @@ def _pause_after_stop(st: dict[str, Any], saved: list[dict[str, Any]]) -> list[s
                  previous=[known.get(k.get("stream")) or {
                      "path": k.get("path"), "stream": k.get("stream"),
                      "checkpoint_id": k.get("checkpoint_id"), "created": None} for k in left])
-    return [k.get("path") or str(k.get("stream")) for k in left]
+    # Those an earlier stop did not save have their own hint (offer_hint).
+    return [k.get("path") or str(k.get("stream")) for k in left
+            if not (known.get(k.get("stream")) or {}).get("not_saved")]
+
+
+def _offer_after_stop(st: dict[str, Any], offer: dict[str, Any] | None,
+                      rows: list[dict[str, Any]], saved: list[dict[str, Any]],
+                      at: str | None) -> None:
+    """A stop that did not save some notebooks offers each one's previous checkpoint (the
+    stop's ``resume_from``, looked up by the server that stopped, or at the next start when it
+    was killed): it joins the state's ``pause``, marked ``offered``, so that POST resume
+    restores it into a fresh kernel, never by itself. A paused record that is the way back (not
+    offered) is left alone; a notebook already offered keeps that offer."""
+    if not offer:
+        return
+    pause = st.get("pause")
+    if pause and not pause.get("offered"):
+        return
+    done = {k.get("stream") for k in saved}
+    lost = {r.get("stream"): r for r in rows
+            if r.get("status") != "saved" and r.get("previous_checkpoint")}
+    known = {p.get("stream"): p for p in offer.get("previous") or []}
+    pause = pause or {"flight_id": offer.get("flight_id"), "mode": "pause", "offered": True,
+                      "kernels": [], "checkpoints": [], "previous": []}
+    have = {k.get("stream") for k in pause.get("kernels") or []}
+    added = False
+    for k in offer.get("kernels") or []:
+        stream = k.get("stream")
+        row = lost.get(stream)
+        if row is None or stream in done or stream in have or stream not in known:
+            continue
+        have.add(stream)
+        pause.setdefault("kernels", []).append(dict(k))
+        pause.setdefault("checkpoints", []).append(k.get("checkpoint_id"))
+        pause.setdefault("previous", []).append({
+            **known[stream],
+            "not_saved": {"reason": row.get("cause") or row.get("reason"), "stopped_at": at}})
+        added = True
+    if added:
+        st["pause"] = pause
+
+
+def _offer_text(st: dict[str, Any]) -> str | None:
+    """The hint of the checkpoints a server stop offers, while they are offered."""
+    pause = st.get("pause") or {}
+    return offer_hint(pause) if pause.get("offered") else None
+
+
+def _joined(*hints: str | None) -> str | None:
+    return " ".join(h for h in hints if h) or None
 
 
 def _apply_stop(st: dict[str, Any], e: dict[str, Any]) -> None:
@@ -285,21 +337,29 @@ def _apply_stop(st: dict[str, Any], e: dict[str, Any]) -> None:
     elif ev == "stopped":
         saved = list(e.get("kernels") or [])
         rows = list(e.get("rows") or [])
+        # A notebook saved by an earlier stop and not reopened since had no kernel in this
+        # one: it stays pending (with its checkpoint), or a second stop would drop its restore.
+        prev = st.get("stopped") or {}
+        here = {k.get("path") for k in saved} | {r.get("path") for r in rows}
+        carried = [k for k in prev.get("kernels") or []
+                   if k.get("path") in (prev.get("pending") or []) and k.get("path") not in here]
         stopped = {
             "flight_id": flight, "trigger": e.get("trigger"), "hub": bool(e.get("hub")),
             "requested": (st.get("stopping") or {}).get("requested"), "at": at,
             "interrupted": bool(e.get("interrupted")), "budget_s": e.get("budget_s"),
-            "kernels": saved, "rows": rows,
+            "kernels": saved + carried, "rows": rows,
             # Restored when a kernel starts for the notebook's session (the next server).
-            "pending": [k["path"] for k in saved if k.get("path")],
+            "pending": [k["path"] for k in saved + carried if k.get("path")],
         }
         st["stopped"] = stopped
         waiting = _pause_after_stop(st, saved)
+        _offer_after_stop(st, e.get("resume_from"), rows, saved, at)
         hint = ("Open a saved notebook: its variables are restored before its first cell "
                 "runs.") if stopped["pending"] else None
         if waiting:
             hint = (f"{hint + ' ' if hint else ''}Resume to restore {', '.join(waiting)} from "
                     "its checkpoint (its last restore did not complete).")
+        hint = _joined(hint, _offer_text(st))
         st.update(state="running", outcome="stopped", flight=None, stopping=None,
                   reason=stopped_text(stopped) if rows else None, hint=hint)
     elif ev == "restored_after_stop":
@@ -326,10 +386,11 @@ def _apply_stop(st: dict[str, Any], e: dict[str, Any]) -> None:
         ok = any(k.get("outcome") == "restored" for k in report["kernels"])
         report["outcome"] = "restored" if ok else "failed"
         st["last_report"] = report
+        # A checkpoint the stop offers for another notebook is still offered.
         if e.get("outcome") == "restored":
-            st.update(state="ready", outcome="restored", reason=None, hint=None)
+            st.update(state="ready", outcome="restored", reason=None, hint=_offer_text(st))
         else:
             st.update(state="ready" if ok else "running", reason=e.get("reason"),
-                      hint="The checkpoint is still there: run %restore in the notebook to "
-                      "retry.")
+                      hint=_joined("The checkpoint is still there: run %restore in the "
+                                   "notebook to retry.", _offer_text(st)))
 

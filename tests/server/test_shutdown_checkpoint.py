@@ -222,3 +222,91 @@ def test_a_failed_restore_after_stop_still_opens_the_notebook(make_server):
     assert st["stopped"]["pending"] == []  # tried once, never again over later work
     [k] = st["last_report"]["kernels"]
     assert k["outcome"] == "failed" and k["path"] == "f.ipynb"
+
+
+def test_a_notebook_not_saved_at_the_stop_offers_its_previous_checkpoint(make_server):
+    """Busy past the budget: not saved. The next start offers its previous checkpoint (never
+    restored by itself, the offer survives a restart), Resume restores it into a fresh kernel
+    and leaves the kernel the person used as it is; the saved notebook restores on opening."""
+    budget = 2.0
+    s = make_server(shutdown_checkpoint_budget=budget)
+    ka = s.open_notebook("a.ipynb")["kernel"]["id"]
+    s.output(ka, "x = 41")
+    kb = s.open_notebook("b.ipynb")["kernel"]["id"]
+    s.output(kb, "%load_ext jupyter_pause\nkeep = 'safe'\n%checkpoint")
+    [first] = checkpoint_ids(s)
+    s.output(kb, "keep = 'new'")
+    s.send("import time\ntime.sleep(600)", kb)  # busy past the budget
+    s.wait_for("b.ipynb busy", lambda: kernel_state(s, kb) == "busy")
+
+    s.signal(signal.SIGTERM)
+    assert s.wait_exit(budget + SLACK_S) is not None, f"the server did not exit:\n{s.log_tail()}"
+    by_path = rows(stopped(s))
+    assert by_path["a.ipynb"]["status"] == "saved"
+    assert by_path["b.ipynb"]["status"] == "not_saved", by_path
+    assert by_path["b.ipynb"]["previous_checkpoint"] == first
+
+    def offered(st: dict[str, Any]) -> None:
+        assert st["resume_available"] is True, st
+        ro = st["resume_from"]
+        assert ro["offered"] is True, ro
+        [c] = ro["checkpoints"]
+        assert c["path"] == "b.ipynb" and c["checkpoint_id"] == first, c
+        assert isinstance(c["age_s"], float) and c["age_s"] >= 0, c
+        assert "b.ipynb was not saved at the stop (busy: still running a cell" in st["hint"], st
+        assert "before the stop can be restored: Resume" in st["hint"], st["hint"]
+
+    s.start()
+    st = s.get("jupyter-pause/api/status")
+    assert st["state"] == "running" and st["flight"] is None, st  # never by itself
+    assert st["stopped"]["pending"] == ["a.ipynb"], st
+    offered(st)
+    s.kill()  # nothing runs: the offer must come back from the journal and state.json
+    s.start()
+    offered(s.get("jupyter-pause/api/status"))
+
+    # The saved notebook is still restored when opened, and the offer stays.
+    ka2 = s.open_notebook("a.ipynb")["kernel"]["id"]
+    assert s.output(ka2, "print(x)") == "41\n"
+    st = s.get("jupyter-pause/api/status")
+    assert st["outcome"] == "restored" and st["stopped"]["pending"] == [], st
+    offered(st)
+    # Opened, the not-saved notebook is empty; the person uses that kernel.
+    kb2 = s.open_notebook("b.ipynb")["kernel"]["id"]
+    assert s.output(kb2, "mine = 1\nprint('keep' in dir())") == "False\n"
+    offered(s.get("jupyter-pause/api/status"))
+
+    s.request("POST", "jupyter-pause/api/resume", {})
+    st = s.state("ready", "failed")
+    assert st["state"] == "ready", st
+    assert st["resume_available"] is False and st["resume_from"] is None, st
+    [k] = st["last_report"]["kernels"]
+    assert k["path"] == "b.ipynb" and k["outcome"] == "restored", k
+    assert k["checkpoint_id"] == first and k["kernel_id"] not in (kb, kb2), k
+    assert s.output(k["kernel_id"], "print(keep, 'mine' in dir())") == "safe False\n"
+    assert s.output(kb2, "print(mine, 'keep' in dir())") == "1 False\n"  # left as it was
+    sessions = {m["path"]: m["kernel"]["id"] for m in s.get("api/sessions")}
+    assert sessions["b.ipynb"] == k["kernel_id"] and sessions["a.ipynb"] == ka2, sessions
+
+
+def test_a_notebook_saved_at_a_stop_is_still_restored_after_a_second_stop(make_server):
+    """Saved at one stop, not reopened, then the server stops again with no kernel: its
+    checkpoint is still the one restored when it is opened (a second stop used to replace the
+    pending list with its own, empty one, and the notebook opened empty)."""
+    s = make_server()
+    ka = s.open_notebook("a.ipynb")["kernel"]["id"]
+    s.output(ka, "x = 41")
+    s.signal(signal.SIGTERM)
+    assert s.wait_exit(30 + SLACK_S) is not None, s.log_tail()
+    first = rows(stopped(s))["a.ipynb"]
+    assert first["status"] == "saved", first
+
+    s.start()  # nobody opens a.ipynb
+    s.signal(signal.SIGTERM)
+    assert s.wait_exit(30 + SLACK_S) is not None, s.log_tail()
+
+    s.start()
+    st = s.get("jupyter-pause/api/status")
+    assert st["stopped"]["pending"] == ["a.ipynb"], st["stopped"]
+    ka = s.open_notebook("a.ipynb")["kernel"]["id"]
+    assert s.output(ka, "print(x)") == "41\n"
