@@ -42,7 +42,7 @@ from jupyter_pause.checkpoint import (
 )
 from jupyter_pause.checkpoint import cache as cache_mod
 
-TENSORS = ("w", "b", "big")
+TENSORS = ("w", "b", "b2", "big")
 ARRAYS = ("arr", "arr2")
 
 
@@ -52,6 +52,7 @@ def _fresh_namespace() -> dict:
     return {
         "w": torch.randn(20_000, generator=g),
         "b": torch.zeros(5_000),
+        "b2": torch.zeros(5_000),  # equal bytes to b, its own memory
         "big": torch.randn(300_000, generator=g),  # own pack shard territory (over 1 MiB)
         "lin": lin,
         "view": lin.weight[2:4],  # shares the module's storage
@@ -91,6 +92,9 @@ def _assert_same(got: dict, want: dict) -> None:
             assert g == w, k
     # shared storage survives: the view is still a view of the module's weight
     assert got["view"].untyped_storage().data_ptr() == got["lin"].weight.untyped_storage().data_ptr()
+    # and nothing else is shared: tensors with equal bytes come back as separate memories
+    ptrs = [got[k].untyped_storage().data_ptr() for k in TENSORS]
+    assert len(set(ptrs)) == len(ptrs), dict(zip(TENSORS, ptrs))
 
 
 class CheckpointLifecycle(RuleBasedStateMachine):
