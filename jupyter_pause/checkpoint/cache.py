@@ -29,16 +29,24 @@ def remember_restored(store_url: str, entries: list[dict[str, Any]]) -> None:
     with _restored_lock:
         known = _restored.setdefault(store_url, OrderedDict())
         for e in entries:
-            x = e.get("xxh3")
-            if isinstance(x, str) and isinstance(e.get("blob"), str):
-                fixed = {k: v for k, v in e.items() if k != "key"}
-                same = known.setdefault(x, [])
-                if not any(_where(o) == _where(fixed) for o in same):
-                    same.append(fixed)
-                del same[:-64]  # a bound: more equal storages than this are written again
-                known.move_to_end(x)
+            if add_entry(known, e):
+                known[e["xxh3"]] = known[e["xxh3"]][-64:]  # a bound: more are written again
+                known.move_to_end(e["xxh3"])
         while len(known) > _RESTORED_MAX:
             known.popitem(last=False)
+
+
+def add_entry(by_hash: dict[str, list[dict[str, Any]]], entry: dict[str, Any]) -> bool:
+    """File a pack entry under the xxh3 of its bytes, once per place (pack and name): equal
+    bytes in two storages are two entries. False when it has no hash or no blob yet."""
+    x = entry.get("xxh3")
+    if not isinstance(x, str) or not isinstance(entry.get("blob"), str):
+        return False
+    fixed = {k: v for k, v in entry.items() if k != "key"}
+    same = by_hash.setdefault(x, [])
+    if not any(_where(o) == _where(fixed) for o in same):
+        same.append(fixed)
+    return True
 
 
 def _where(e: dict[str, Any]) -> tuple[Any, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from . import env as _env
 from .blobpool import BlobPool
-from .cache import WriteCache
+from .cache import WriteCache, add_entry
 from .errors import CheckpointError
 from .graph import Walk, group_variables
 from .manifest import FORMAT, Manifest, VariableReport, WriteResult, sign
@@ -334,11 +334,7 @@ class _Units:
         cache.chunks = dict(self.pool.new_chunks)
         hashes: dict[str, list[dict[str, Any]]] = {}
         for te in self.tensor_entries:
-            if "xxh3" in te:
-                fixed = {k: v for k, v in te.items() if k != "key"}
-                same = hashes.setdefault(te["xxh3"], [])
-                if all((o["blob"], o["name"]) != (fixed["blob"], fixed["name"]) for o in same):
-                    same.append(fixed)
+            add_entry(hashes, te)
         cache.storage_hashes = hashes
 
 
