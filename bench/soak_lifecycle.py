@@ -20,8 +20,15 @@ A failed cycle is counted, reported with the server's reason, and the workspace 
   to cell  POST resume -> a cell has run in every notebook's kernel (the README's time to resume)
 ``--load`` runs 2 CPU-burning processes beside it. Time-bounded by ``--max-minutes``.
 Exit code: 0 all cycles passed, 1 a failure, 2 stopped by the time bound before ``--cycles``.
+Kernels use the IPC transport (``--transport tcp`` for TCP ports).
+
+``--scaling 1,4,8`` runs a short soak (``--cycles``, 3 by default) for each notebook count, one
+after another, and prints the resume times of each with the load average before and after, and
+how the largest count compares with the smallest (a resume starts the kernels together and
+restores them together: it should grow with what the cores allow, not with the count).
 
     python bench/soak_lifecycle.py --cycles 200 --notebooks 3 [--load]
+    python bench/soak_lifecycle.py --scaling 1,4,8
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import json
 import multiprocessing
 import os
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -50,6 +58,8 @@ arr = np.random.default_rng({seed}).random((256, 1024))
 df = pd.DataFrame({{"i": np.arange(20_000), "x": np.random.default_rng({seed} + 1).random(20_000),
                     "s": [f"row{{k}}" for k in range(20_000)]}})
 try:
+    if not {torch}:
+        raise ImportError("--without-torch")
     import torch
     torch.manual_seed({seed})
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
@@ -140,7 +150,7 @@ class Api:
             return resp.status, {"message": raw[:200].decode(errors="replace")}
 
 
-def start_server(tmp: str, port: int) -> subprocess.Popen[bytes]:
+def start_server(tmp: str, port: int, transport: str = "ipc") -> subprocess.Popen[bytes]:
     config = os.path.join(tmp, "config")
     os.makedirs(config, exist_ok=True)
     os.makedirs(os.path.join(tmp, "root"), exist_ok=True)
@@ -150,6 +160,7 @@ def start_server(tmp: str, port: int) -> subprocess.Popen[bytes]:
                           "open_browser": False, "port_retries": 0,
                           "root_dir": os.path.join(tmp, "root")},
             "IdentityProvider": {"token": TOKEN},
+            "KernelManager": {"transport": transport},
             "PauseApp": {"state_dir": os.path.join(tmp, "state"),
                          "store_url": os.path.join(tmp, "store"),
                          "key_path": os.path.join(tmp, "key", "checkpoint.key")},
@@ -306,9 +317,42 @@ def recover(api: Api) -> str:
     return str(st.get("state"))
 
 
+def scaling(args: argparse.Namespace) -> int:
+    """One short soak per notebook count (a fresh server each), run one after another."""
+    counts = [int(x) for x in args.scaling.split(",")]
+    cycles = args.cycles or 3
+    rows = []
+    for n in counts:
+        before = os.getloadavg()[0]
+        cmd = [sys.executable, os.path.abspath(__file__), "--notebooks", str(n), "--cycles",
+               str(cycles), "--transport", args.transport, "--step-timeout",
+               str(args.step_timeout), *(["--load"] if args.load else []),
+               *(["--without-torch"] if args.without_torch else [])]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        after = os.getloadavg()[0]
+        out = proc.stdout + proc.stderr
+        resumes = [float(x) for x in re.findall(r"resume\s+([0-9.]+) s", out)]
+        cells = [float(x) for x in re.findall(r"to cell\s+([0-9.]+) s", out)]
+        if proc.returncode != 0 or not resumes:
+            print(out[-3000:])
+            print(f"{n} notebooks: the soak failed (exit code {proc.returncode})")
+            return 1
+        rows.append((n, resumes, cells))
+        print(f"resume, {n:>2} notebooks: p50 {pct(resumes, 0.5):5.2f} s  min "
+              f"{min(resumes):5.2f} s  max {max(resumes):5.2f} s  (to cell p50 "
+              f"{pct(cells, 0.5):5.2f} s; n={len(resumes)}; load average before {before:.2f}, "
+              f"after {after:.2f})", flush=True)
+    (n0, r0, _), (n1, r1, _) = rows[0], rows[-1]
+    ratio = pct(r1, 0.5) / pct(r0, 0.5)
+    print(f"resume of {n1} notebooks / {n0} notebook(s): {ratio:.2f}x (p50; "
+          f"{os.cpu_count()} cores; transport {args.transport}; "
+          f"{'no torch' if args.without_torch else 'torch'} in the notebooks)")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cycles", type=int, default=200)
+    ap.add_argument("--cycles", type=int, default=None, help="200 (3 per count with --scaling)")
     ap.add_argument("--notebooks", type=int, default=3)
     ap.add_argument("--load", action="store_true", help="run 2 CPU-burning processes beside it")
     ap.add_argument("--max-minutes", type=float, default=120.0,
@@ -316,7 +360,17 @@ def main() -> int:
     ap.add_argument("--step-timeout", type=float, default=300.0,
                     help="seconds a pause or a resume may take before the cycle fails")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--transport", choices=("ipc", "tcp"), default="ipc",
+                    help="the kernels' transport (KernelManager.transport)")
+    ap.add_argument("--without-torch", action="store_true",
+                    help="no torch state in the notebooks (a restore then imports no torch)")
+    ap.add_argument("--scaling", default=None, metavar="N,N,...",
+                    help="resume times for each of these notebook counts (short soaks)")
     args = ap.parse_args()
+    if args.scaling:
+        return scaling(args)
+    if args.cycles is None:
+        args.cycles = 200
 
     started = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="soak-lifecycle-")
@@ -324,7 +378,7 @@ def main() -> int:
     for b in burners:
         b.start()
     port = free_port()
-    proc = start_server(tmp, port)
+    proc = start_server(tmp, port, args.transport)
     api = Api(port)
     failures: list[str] = []
     t_pause: list[float] = []
@@ -340,7 +394,9 @@ def main() -> int:
                 "path": path, "name": path, "type": "notebook", "kernel": {"name": "python3"}})
             if code not in (200, 201):
                 raise SystemExit(f"cannot open {path}: {code} {s}")
-            expected[path] = run_cell(tmp, s["kernel"]["id"], SETUP.format(seed=i), FINGERPRINT)
+            expected[path] = run_cell(tmp, s["kernel"]["id"],
+                                      SETUP.format(seed=i, torch=not args.without_torch),
+                                      FINGERPRINT)
         torch_on = all(v["model"] != "None" for v in expected.values())
         print(f"server on port {port}, {args.notebooks} notebooks (numpy, pandas"
               f"{', torch' if torch_on else '; torch not importable'}), {args.cycles} cycles"
@@ -389,7 +445,7 @@ def main() -> int:
                         expected[path] = run_cell(tmp, kernels[path],
                                                   MUTATE.format(n=n + 1000), FINGERPRINT)
                     stop_server(proc)
-                    proc = start_server(tmp, port)
+                    proc = start_server(tmp, port, args.transport)
                     wait_up(api, proc)
                     for path in paths:
                         code, sess = api.call("POST", "api/sessions", {

@@ -56,6 +56,8 @@ EVENTS = frozenset({
     "auto_pause_announced", "auto_pause_cancelled", "recomputed",
     # a recorded notebook renamed through the server (its paused session follows it)
     "renamed",
+    # a kernel died / a server was killed: the autosave offered, then restored or dismissed
+    "kernel_died", "server_killed", "offer_restored", "offer_dismissed",
 })
 
 
@@ -75,8 +77,9 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "report": (dict, type(None)), "resume_from": (dict, type(None)),
     "durations": (dict, type(None)), "inflight": (dict, type(None)),
     "bytes_written": (int, float, type(None)), "bytes_total": (int, float, type(None)),
+    "offer": (dict, type(None)), "offers": (list, type(None)),
 }
-_LIST_OF_DICTS = ("kernels", "variables", "rows")
+_LIST_OF_DICTS = ("kernels", "variables", "rows", "offers")
 
 
 def entry_problem(obj: Any) -> str | None:

@@ -41,6 +41,11 @@ def needed_ids(state: Mapping[str, Any] | None) -> set[str]:
         kernels = p.get("kernels")
         out.update(k["checkpoint_id"] for k in (kernels if isinstance(kernels, list) else [])
                    if isinstance(k, Mapping) and isinstance(k.get("checkpoint_id"), str))
+    # what a kernel death or a killed server offers, until it is restored or dismissed
+    offers = (state or {}).get("offers")
+    out.update(o["checkpoint_id"] for o in (offers.values() if isinstance(offers, Mapping)
+                                             else [])
+               if isinstance(o, Mapping) and isinstance(o.get("checkpoint_id"), str))
     return out
 
 

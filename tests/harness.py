@@ -143,11 +143,12 @@ def kill_process(proc: subprocess.Popen) -> None:
 def pause_server_config(state_dir: Path | str, store_url: Path | str, key_path: Path | str,
                         **pause: Any) -> dict[str, dict[str, Any]]:
     """Server config that loads jupyter_pause with its state, store and key at these paths
-    (``pause``: more PauseApp traits)."""
+    (``pause``: more PauseApp traits). Autosave is off unless asked for (``autosave=True``):
+    the tests of other features count the checkpoints in the store."""
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_pause": True}},
         "PauseApp": {"state_dir": str(state_dir), "store_url": str(store_url),
-                     "key_path": str(key_path), **pause},
+                     "key_path": str(key_path), "autosave": False, **pause},
     }
 
 

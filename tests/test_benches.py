@@ -52,6 +52,7 @@ def test_bench_checkpoint_reports_every_ratio() -> None:
             "restore, all pages touched",
             "checkpoint of the mixed namespace (with fsync)"} <= whats, out
     assert "values ok: True" in out, out  # the mixed namespace came back equal
+    assert re.search(r"^machine: (quiet|LOADED)", out, re.MULTILINE), out  # the load is judged
 
 
 def test_bench_objectstore_reports_both_stores() -> None:
@@ -81,3 +82,28 @@ def test_bench_status_latency_compares_checkpointing_to_idle() -> None:
     assert rows.get("GET status, idle") == 20, out
     assert rows.get("GET status, checkpointing", 0) > 0, out
     assert re.search(r"ratio p50 [0-9.]+x, p99 [0-9.]+x", out), out
+
+
+def test_gpu_check_dry_run_passes_every_check() -> None:
+    pytest.importorskip("torch")
+    out = _run("gpu_check.py", "--dry-run", timeout=240)
+    assert re.search(r"^GPU check passed: \d+ checks", out, re.MULTILINE), out
+    assert "[FAIL]" not in out, out
+    whats = {w for w, _ in _ratios(out)}
+    assert {"checkpoint (with fsync)", "restore onto cpu",
+            "incremental checkpoint after one step"} <= whats, out
+
+
+def test_bench_autosave_reports_on_vs_off_and_the_shutdown_gain() -> None:
+    pytest.importorskip("torch")
+    out = _run("bench_autosave.py", "--quick", timeout=300)
+    whats = {w for w, _ in _ratios(out)}
+    assert {"(a) mixed namespace, i += 1, cell p99 with autosave on",
+            "(b) model state, one tensor changed, cell p99 with autosave on",
+            "(c) cell started during a training step's autosave, p99",
+            "(d) shutdown checkpoint, 1 tensor changed since the autosave"} <= whats, out
+    assert len(re.findall(r"added latency: p50 [-+0-9.]+ ms, p99 [-+0-9.]+ ms", out)) == 2, out
+    # the checkpoint after an autosave wrote only the changed tensor, not the whole state
+    m = re.search(r"after the autosave: ([0-9.]+) MB written; full: ([0-9.]+) MB", out)
+    assert m and float(m[1]) < float(m[2]) / 4, out
+    assert re.search(r"^machine: (quiet|LOADED)", out, re.MULTILINE), out

@@ -9,10 +9,16 @@ they are in play)::
     res = write(namespace, store, key=key, stream="analysis.ipynb", cache=WriteCache())
     rr = read(store, key=key, stream="analysis.ipynb", device="auto")
     namespace.update(rr.values)          # read() never touches a namespace itself
+
+With ``process_state=True`` on both, the process's random streams, cwd, environment and path
+changes, settings and warnings filters (:mod:`.procstate`) go along and are put back by read()
+before any value is rebuilt; ``WriteResult.process_state`` / ``ReadResult.process_state`` say
+what was saved and restored.
 """
 
 from __future__ import annotations
 
+from . import procstate
 from .cache import WriteCache
 from .collect import gc
 from .errors import (
@@ -58,6 +64,7 @@ __all__ = [
     "load_or_create_key",
     "open_keyed_store",
     "open_store",
+    "procstate",
     "read",
     "retain",
     "write",

@@ -18,6 +18,9 @@ steps, never a recursion) and linear: set operations never iterate the whole ``o
 under ``time_limit``; one that takes longer is left out with a reason and the others go on.
 Numpy arrays and CPU torch storages are also keyed by the address range of their memory, so
 ``torch.from_numpy(a)`` and ``t.numpy()`` tie their variables together like views do.
+A weak reference is followed to its referent (and a ``weakref.finalize`` to what it holds) as
+if it were a strong one: the pickler saves a weakref with its referent (reducers/weakrefs.py),
+so a handle and the module whose hook dict it points at must be stored together to stay linked.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import gc
 import sys
 import time
 import types
+import weakref
 from collections.abc import Callable
 from itertools import chain, compress, repeat
 from operator import not_
@@ -167,10 +171,12 @@ class _Walker:
 
     def walk(self, vi: int, value: Any) -> None:
         """Breadth-first over everything variable ``vi`` reaches."""
-        if isinstance(value, _ATOMIC):
-            return
         frontier: list[Any] = []
-        if isinstance(value, self.slow_tracked) or (
+        if type(value) in _WEAK:  # before isinstance(), which would ask a proxy's referent
+            self.weak(value, vi, frontier)
+        elif isinstance(value, _ATOMIC):
+            return
+        elif isinstance(value, self.slow_tracked) or (
             self.ndarray is not None and isinstance(value, self.ndarray)
         ):
             self.slow(value, vi, frontier)
@@ -265,6 +271,31 @@ class _Walker:
         if i not in self.stop_ids and self.claim(i, vi):
             nxt.append(r)  # a class or function defined in the notebook: walk into it
 
+    def weak(self, r: Any, vi: int, nxt: list) -> None:
+        """A weakref, proxy or finalizer: its own referents (a callback), and its target."""
+        if self.claim(id(r), vi):
+            nxt.append(r)
+            target = _weak_target(r)
+            if target is not None:
+                self.walk_into(target, vi, nxt)
+
+    def walk_into(self, r: Any, vi: int, nxt: list) -> None:
+        """One object reached other than through gc referents (a weakref's referent)."""
+        if isinstance(r, _ATOMIC) or id(r) in self.stop_ids:
+            return
+        if isinstance(r, self.slow_tracked) or (
+            self.ndarray is not None and isinstance(r, self.ndarray)
+        ):
+            if id(r) not in self.owner:
+                self.slow(r, vi, nxt)
+            elif self.owner[id(r)] != vi:
+                self.uf.union(self.owner[id(r)], vi)
+        elif gc.is_tracked(r):
+            if self.claim(id(r), vi):
+                nxt.append(r)
+        else:
+            self.add_leaves(vi, [r], nxt)
+
     def add_array_range(self, base: Any, vi: int) -> None:
         """The address range of an array's memory (``base``: its outermost ndarray)."""
         if base.nbytes == 0 or base.dtype.hasobject:
@@ -318,6 +349,11 @@ class _Walker:
         tracked_flags = list(map(gc.is_tracked, refs))
         tracked = list(compress(refs, tracked_flags))
         untracked = list(compress(refs, map(not_, tracked_flags)))
+        weak = list(map(_WEAK.__contains__, map(type, tracked)))
+        if any(weak):  # by exact type, before any isinstance() (a dead proxy raises there)
+            for r in compress(tracked, weak):
+                self.weak(r, vi, frontier)
+            tracked = list(compress(tracked, map(not_, weak)))
         leaf = list(compress(untracked, map(isinstance, untracked, repeat(self.leafy))))
         del refs, tracked_flags, untracked
         if ndarray is not None and leaf:
@@ -362,6 +398,9 @@ class _Walker:
             i = id(r)
             if i in stop:
                 continue
+            if type(r) in _WEAK:
+                self.weak(r, vi, frontier)
+                continue
             o = owner.get(i)
             if o is None:
                 if isinstance(r, slow_t):
@@ -372,6 +411,24 @@ class _Walker:
             elif o != vi:
                 self.uf.union(o, vi)
         return rest
+
+
+_PROXIES = (weakref.ProxyType, weakref.CallableProxyType)
+# matched by exact type, a cheap set lookup per object (subclasses of these are rare)
+_WEAK = frozenset(_PROXIES + (weakref.ref, weakref.KeyedRef, weakref.WeakMethod, weakref.finalize))
+
+
+def _weak_target(r: Any) -> Any:
+    """What a weakref or proxy points at (the instance, for a WeakMethod), or a finalizer's
+    record (its weakref, function and arguments live in a class-level registry, not in it)."""
+    if type(r) not in _PROXIES:  # isinstance() on a proxy would ask its (maybe dead) referent
+        if isinstance(r, weakref.finalize):
+            return weakref.finalize._registry.get(r)
+        return weakref.ref.__call__(r)
+    from .reducers.weakrefs import proxy_target
+
+    target = proxy_target(r)
+    return target if target is not None and type(target) is not object else None
 
 
 def _batches(level: list) -> Any:

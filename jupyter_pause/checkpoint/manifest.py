@@ -32,6 +32,8 @@ class Manifest:
     groups: list[dict[str, Any]] = field(default_factory=list)
     blobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     tensors: list[dict[str, Any]] = field(default_factory=list)
+    # process state (procstate.capture()); {} in checkpoints written before it existed
+    process: dict[str, Any] = field(default_factory=dict)
     bytes_total: int = 0
     key_id: str = ""
     # Set by Store.list(): True when the HMAC was checked with a key, False when no key was given.
@@ -103,8 +105,8 @@ def _well_formed(m: Manifest) -> bool:
         for k, v in m.blobs.items()
     ):
         return False
-    return all(isinstance(x, list) for x in (m.variables, m.groups, m.tensors)) and isinstance(
-        m.meta, dict
+    return all(isinstance(x, list) for x in (m.variables, m.groups, m.tensors)) and all(
+        isinstance(x, dict) for x in (m.meta, m.process)
     )
 
 
@@ -162,6 +164,7 @@ class WriteResult:
     variables: list[VariableReport]
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)  # e.g. retention clean-up problems
+    process_state: list[VariableReport] = field(default_factory=list)  # kind procstate.KIND
 
 
 @dataclass
@@ -174,3 +177,4 @@ class ReadResult:
     manifest: Manifest
     bytes_read: int = 0
     seconds: float = 0.0
+    process_state: list[VariableReport] = field(default_factory=list)  # what was put back

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import cache as _cache
 from . import tensors
 from .blobpool import BlobPool
 from .cache import WriteCache
@@ -29,6 +30,8 @@ class TensorPacks:
         self.pending_bytes = 0
         self.reuse: dict[str, list[tuple[int, Any, str]]] = {}  # old pack -> unchanged storages
         self.taken: set[tuple[Any, Any]] = set()  # (blob, name) of old entries given out
+        self.sizes: set[int] | None = None  # sizes of the entries this write could reuse
+        self.deferred: set[int] = set()  # entries hashed while written, not before
 
     def add(self, us: Any, dtype: str) -> int:
         gi = len(self.entries)
@@ -38,7 +41,12 @@ class TensorPacks:
             # by content: a storage written through t.data, t.numpy() or .data of a parameter
             # has changed although its _version has not. Recorded even without a cache, so a
             # checkpoint taken after this one is restored can reuse what is unchanged.
-            x = tensors.storage_xxh3(us)
+            if cache is not None and us.nbytes() in self._reusable_sizes():
+                x = tensors.storage_xxh3(us)
+            else:
+                # nothing of this size to reuse (a first checkpoint): hashed as it is written,
+                # so the pack's write starts now instead of after a pass over every storage
+                self.deferred.add(gi)
         if cache is not None and x is not None:
             old = cache.storage_entry(x, us.nbytes(), self.taken)
             if old is not None and old.get("device") != tensors.record_device(us):
@@ -57,6 +65,20 @@ class TensorPacks:
             self.pending.append((gi, us, dtype))
             self.pending_bytes += us.nbytes()
         return gi
+
+    def _reusable_sizes(self) -> set[int]:
+        """Sizes of the entries the last write recorded or a restore handed out: a storage of
+        any other size cannot be reused, whatever its bytes."""
+        if self.sizes is None:
+            cache = self.cache
+            assert cache is not None
+            sizes = {e.get("nbytes") for es in cache.storage_hashes.values() for e in es}
+            if cache.store_url is not None:
+                with _cache._restored_lock:
+                    for es in _cache._restored.get(cache.store_url, {}).values():
+                        sizes.update(e.get("nbytes") for e in es)
+            self.sizes = {n for n in sizes if isinstance(n, int)}
+        return self.sizes
 
     @staticmethod
     def _new_entry(gi: int, us: Any, dtype: str, xxh3: str | None) -> dict[str, Any]:
@@ -92,6 +114,10 @@ class TensorPacks:
                 self.pending_bytes += us.nbytes()
         self.reuse.clear()
 
+    def _record(self, name: str, xxh3: str) -> None:
+        """A deferred storage's hash, from the writer thread (read after the pool's wait)."""
+        self.entries[int(name[1:])]["xxh3"] = xxh3
+
     def flush(self, final: bool) -> None:
         if final:
             self._settle_reuse()
@@ -112,10 +138,11 @@ class TensorPacks:
             layout = [(f"t{gi}", us, dt) for gi, us, dt in shard]
             head, _ = tensors.pack_layout(layout)
             size = len(head) + sum(us.nbytes() for _, us, _ in shard)
+            hash_names = {f"t{gi}" for gi, _, _ in shard if gi in self.deferred}
             # a source, not a generator: object stores read it twice (name, then upload); device
             # storages are copied to host one at a time, in the writer thread
-            f = self.run.put(lambda layout=layout: tensors.pack_chunks(layout), "tensors", size,
-                             cached=False)
+            f = self.run.put(lambda layout=layout, hn=hash_names: tensors.pack_chunks(
+                layout, self._record, hn), "tensors", size, cached=False)
             for gi, _, _ in shard:
                 self.entries[gi]["blob"] = f
                 self.entries[gi]["pack_size"] = size

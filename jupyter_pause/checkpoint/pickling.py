@@ -10,7 +10,16 @@ Both picklers share one ``reducer_override`` that
 - refuses objects that cannot be saved (generators, sockets, ...) with a clear reason, and objects
   that would only "serialize" into a stale lie (locks, threads, other streams, Popen) as stale;
 - in the C pickler, hands classes/functions defined in ``__main__`` (and lambdas/closures) to dill,
-  since the C pickler would store them by a name a fresh kernel does not have.
+  since the C pickler would store them by a name a fresh kernel does not have; in dill, saves
+  every class/function that its module really holds under its name by that name (dill looks
+  modules up as package attributes, misses ``torch.optim.adamw``, and then saves the class by
+  value, with whatever singletons its methods' defaults hold);
+- saves by reference an object that a library module holds as an attribute and whose class
+  is that library's (a sentinel such as ``typing_extensions._marker``, ``dataclasses.MISSING``,
+  ``torch.default_generator``): identity-checked at save time, imported at load time, so
+  ``x is MISSING`` tests in library code still hold and a singleton whose own ``__reduce__``
+  names the wrong global still saves. Plain containers are not included: a dict or list is the
+  notebook's data even when a module holds it too;
 Large contiguous buffers (numpy, pandas, pyarrow) leave the stream out of band (protocol 5).
 Memory that a numpy array and a torch tensor share (``torch.from_numpy``, ``Tensor.numpy``) is
 saved once: the side that does not own it is rebuilt over the other on load, so writes through
@@ -40,6 +49,7 @@ from .outcomes import (  # noqa: F401
     stop_notes,
     take_load_notes,
 )
+from .reducers import weakrefs
 
 OOB_MIN = 1 << 20  # buffers below this stay in the stream: a blob per tiny array costs more
 VIEW_ROOT_MAX = 64 << 10  # a view's unreferenced root up to this size is saved to keep sharing
@@ -149,6 +159,91 @@ def _by_name(obj: Any) -> bool:
     mod = getattr(obj, "__module__", None)
     qual = getattr(obj, "__qualname__", "") or ""
     return bool(mod) and mod != "__main__" and "<locals>" not in qual and "<lambda>" not in qual
+
+
+def _resolves(obj: Any) -> bool:
+    """``obj`` is what its module (from sys.modules, as pickle looks it up) holds under its
+    qualified name."""
+    if not _by_name(obj):
+        return False
+    found: Any = sys.modules.get(obj.__module__)
+    try:
+        for part in obj.__qualname__.split("."):
+            found = getattr(found, part)
+    except Exception:  # noqa: BLE001 - a lazy module's __getattr__ may raise anything
+        return False
+    return found is obj
+
+
+# -- module-level objects, saved by reference ---------------------------------------------------
+_BY_VALUE: tuple[type, ...] = (int, float, complex, str, bytes, bool, type(None), dict, list, set,
+                               frozenset, tuple, bytearray, type, types.ModuleType,
+                               types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+                               memoryview, range, slice)
+_globals_index: dict[int, tuple[str, str]] = {}
+_globals_key: list[int] = [-1]
+
+
+def _module_globals() -> dict[int, tuple[str, str]]:
+    """id -> (module, attribute) of the objects library modules hold (rebuilt when modules were
+    imported since; every hit is checked again by identity, so a stale entry is only a miss)."""
+    if _globals_key[0] == len(sys.modules):
+        return _globals_index
+    skip = _BY_VALUE + tuple(c for c in (_np_ndarray(), _torch_tensor()) if c is not None)
+    index: dict[int, tuple[str, str]] = {}
+    main = getattr(sys.modules.get("__main__"), "__dict__", None)
+    for mname, mod in list(sys.modules.items()):
+        if not isinstance(mod, types.ModuleType) or mname in ("__main__", "__mp_main__"):
+            continue  # the notebook's own namespace (multiprocessing aliases it) is by value
+        if mod.__dict__ is main or mname.startswith(("jupyter_pause", "IPython", "ipykernel")):
+            continue
+        try:
+            items = list(vars(mod).items())
+        except TypeError:
+            continue
+        top = mname.partition(".")[0]
+        for attr, v in items:
+            # type(), not isinstance(): a deprecated alias's __class__ property warns
+            t = type(v)
+            if issubclass(t, skip) or attr.startswith("__"):
+                continue
+            # only a library's own objects (their class from the same package): something the
+            # notebook hung on a module (``utils.model = model``) is not there after a restart
+            if str(getattr(t, "__module__", "")).partition(".")[0] != top:
+                continue
+            i = id(v)
+            if i not in index or t.__module__ == mname:
+                index[i] = (mname, attr)
+    _globals_index.clear()
+    _globals_index.update(index)
+    _globals_key[0] = len(sys.modules)
+    return _globals_index
+
+
+def _np_ndarray() -> type | None:
+    np = sys.modules.get("numpy")
+    return getattr(np, "ndarray", None)
+
+
+def _torch_tensor() -> type | None:
+    torch = sys.modules.get("torch")
+    return getattr(torch, "Tensor", None)
+
+
+def _module_attr(module: str, attr: str) -> Any:
+    """Unpickling side of a module-level object saved by reference."""
+    return getattr(importlib.import_module(module), attr)
+
+
+def _as_global(obj: Any, index: dict[int, tuple[str, str]]) -> Any:
+    """A reduce to the module attribute that is ``obj``, or NotImplemented."""
+    hit = index.get(id(obj))
+    if hit is None:
+        return NotImplemented
+    mod = sys.modules.get(hit[0])
+    if mod is None or getattr(mod, "__dict__", {}).get(hit[1]) is not obj:
+        return NotImplemented
+    return (_module_attr, hit)
 
 
 # -- restore helpers (referenced by name from the pickle streams) -------------------------------
@@ -276,6 +371,7 @@ class Ctx:
         self.storages: list[Any] = []  # UntypedStorage, in stream index order
         self.storage_dtype: list[str] = []
         self._sidx: dict[int, int] = {}
+        self.module_globals = _module_globals()
 
     def buffer_callback(self, pb: pickle.PickleBuffer) -> bool:
         try:
@@ -326,8 +422,10 @@ def _override(self: Any, obj: Any, strict: bool) -> Any:
     if k is None:
         k = _kind_cache[t] = _classify(t)
     kind = k[0]
-    if kind == _PLAIN:
-        return NotImplemented
+    if kind == _PLAIN or kind == _REDUCER or kind == _STALE_KIND:
+        r = _as_global(obj, self.ctx.module_globals)
+        if r is not NotImplemented or kind == _PLAIN:
+            return r
     if kind == _NDARRAY:
         if obj.base is None:
             return NotImplemented
@@ -349,10 +447,16 @@ def _override(self: Any, obj: Any, strict: bool) -> Any:
     if kind == _STORAGE:
         return self.ctx.storage_ref(obj)
     if kind == _CODE:
-        if strict and not _by_name(obj):
-            raise _NeedsDill()
-        return NotImplemented
+        if strict:
+            if not _by_name(obj):
+                raise _NeedsDill()
+            return NotImplemented
+        return obj.__qualname__ if _resolves(obj) else NotImplemented
     if kind == _UNSER_KIND:
+        qual = getattr(obj, "__qualname__", None)
+        if isinstance(obj, (types.GeneratorType, types.AsyncGeneratorType, types.CoroutineType)):
+            raise SkipVariable(f"{qual}(): {k[1]}: its paused frame is process memory; re-run "
+                               "its cell (or keep a list of what it yields)")
         raise SkipVariable(k[1])
     raise StaleObject(k[1])
 
@@ -469,6 +573,7 @@ def load_group(stream: Any, pickler: str, buffers: list, resolver: Any) -> dict[
 def _load_group(stream: Any, pickler: str, buffers: list, resolver: Any) -> tuple[Any, list]:
     _load.resolver = resolver
     notes = start_notes()
+    weakrefs.start()
     try:
         if pickler == "dill":
             import dill
@@ -476,7 +581,9 @@ def _load_group(stream: Any, pickler: str, buffers: list, resolver: Any) -> tupl
             got = dill.Unpickler(io.BytesIO(stream), buffers=buffers).load()
         else:
             got = pickle.Unpickler(io.BytesIO(stream), buffers=buffers).load()
+        weakrefs.finish()  # the unpickler's memo is gone: a referent only it held died
     finally:
         _load.resolver = None
+        weakrefs.stop()
         stop_notes()
     return got, notes

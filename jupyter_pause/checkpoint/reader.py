@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from . import directio, goodblobs, objectstore, procstate
 from . import env as _env
-from . import goodblobs, objectstore
 from . import tensors as _tensors
 from .cache import remember_restored
 from .errors import CheckpointError, IntegrityError
@@ -92,31 +92,20 @@ class _Verifier:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
             buf = _private_buffer(n)
             mv = memoryview(buf)
-            got = 0
-            # big blobs: hash chunk i on a helper thread while chunk i+1 is read (both release
-            # the GIL), so a restore runs at the speed of the slower of the two, not their sum
-            pipe = cf.ThreadPoolExecutor(1, "jp-hash") if n > CHUNK else None
-            pending: cf.Future | None = None
-            try:
+            if n > CHUNK and isinstance(buf, mmap.mmap):
+                # big blobs: O_DIRECT, several reads in flight, hashed as they land
+                got = directio.read_file(fd, path, mv, n, h, self._tick)
+            else:
+                got = 0
                 while got < n:
-                    r = os.readv(fd, [mv[got : got + CHUNK]])
+                    r = os.readv(fd, [mv[got:]])
                     if not r:
                         break
-                    if pending is not None:
-                        pending.result()
-                    chunk = mv[got : got + r]
-                    if pipe is not None:
-                        pending = pipe.submit(h.update, chunk)
-                    else:
-                        h.update(chunk)
+                    h.update(mv[got : got + r])
                     got += r
                     self._tick(r)
-                if pending is not None:
-                    pending.result()
-            finally:
-                if pipe is not None:
-                    pipe.shutdown(wait=True)
-            if got == n and os.read(fd, 1):
+            del mv
+            if got == n and os.pread(fd, 1, n):
                 got += 1  # grew while we read: the size check below refuses it
             # the file as it was before the read, unless it changed meanwhile
             after = os.fstat(fd)
@@ -195,10 +184,12 @@ def read(
     device: str = "auto",
     only: Iterable[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    process_state: bool = False,
 ) -> ReadResult:
     """Load a checkpoint (the newest of ``stream`` by default). Everything needed is verified
     (manifest HMAC, every blob's digest) before anything is unpickled; the values come back in
-    ``values`` for the caller to merge."""
+    ``values`` for the caller to merge. ``process_state``: put the process state the checkpoint
+    holds back (:mod:`.procstate`) once all is verified and before any value is rebuilt."""
     t0 = time.monotonic()
     if not isinstance(store, Store):
         store = open_store(store)
@@ -228,6 +219,7 @@ def read(
     ver = _Verifier(store, m, progress, total)
     ver.report()
     ver.run(list(digests))  # raises before any unpickling
+    proc = procstate.restore(m.process) if process_state else []  # e.g. sys.path first
 
     warnings = _env.mismatches(m.env, needs_torch)
     if skipped:
@@ -297,4 +289,5 @@ def read(
         manifest=m,
         bytes_read=total,
         seconds=time.monotonic() - t0,
+        process_state=proc,
     )

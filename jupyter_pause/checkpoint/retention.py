@@ -8,7 +8,11 @@ goes when every rule given says so:
 - ``older_than`` (seconds, optional): it was created longer ago than that.
 
 With no rule at all (``keep=0`` and no ``older_than``) nothing goes: ``keep=0`` keeps every
-checkpoint unless an age rule says otherwise. Protected ids (the checkpoints a pause needs to come
+checkpoint unless an age rule says otherwise.
+
+Autosaves (signed ``meta.kind == "autosave"``) are ranked apart from the other checkpoints of
+their notebook, so a stream of autosaves never pushes a pause or shutdown checkpoint out;
+:func:`retain_autosaves` keeps the newest few of them, bounded in bytes. Protected ids (the checkpoints a pause needs to come
 back, pinned ones) never go. Only manifests that verify under the key and sit in their own place
 are counted or deleted; any other file is reported as left alone.
 """
@@ -44,9 +48,9 @@ def plan(
         raise ValueError("keep must be 0 or more (0: no count limit)")
     now = time.time() if now is None else now
     protected = set(protected)
-    by_stream: dict[str, list[Manifest]] = defaultdict(list)
+    by_stream: dict[tuple[str, bool], list[Manifest]] = defaultdict(list)
     for m in manifests:
-        by_stream[m.stream].append(m)
+        by_stream[(m.stream, is_autosave(m))].append(m)
     delete, kept = [], []
     for ms in by_stream.values():
         # the signed id, bound to the file name: a forged ``created`` cannot push real ones out
@@ -66,6 +70,42 @@ def _doomed(m: Manifest, rank: int, keep: int, older_than: float | None, now: fl
         return True
     created = m.created_at()
     return created is not None and now - created > older_than
+
+
+AUTOSAVE = "autosave"
+
+
+def is_autosave(m: Manifest) -> bool:
+    """Whether ``m`` is an autosave (the signed meta says so; anything else is not)."""
+    return isinstance(m.meta, dict) and m.meta.get("kind") == AUTOSAVE
+
+
+def plan_autosaves(manifests: Iterable[Manifest], *, keep: int, max_bytes: int | None = None,
+                   protected: Iterable[str] = ()) -> tuple[list[Manifest], list[Manifest]]:
+    """(delete, kept) among one notebook's autosaves: the newest ``keep`` (at least one),
+    fewer when together they hold more than ``max_bytes`` (each counted whole: blobs shared
+    between them make that an upper bound). The newest is always kept."""
+    protected = set(protected)
+    ms = sorted((m for m in manifests if is_autosave(m)), key=lambda m: m.id, reverse=True)
+    delete, kept, total = [], [], 0
+    for rank, m in enumerate(ms):
+        total += max(0, int(m.bytes_total or 0))
+        over = rank >= max(1, keep) or (max_bytes is not None and rank > 0 and total > max_bytes)
+        (delete if over and m.id not in protected else kept).append(m)
+    return delete, kept
+
+
+def retain_autosaves(store: Store, stream: str, *, keep: int, max_bytes: int | None = None,
+                     key: bytes | None = None, protect: Iterable[str] = ()) -> list[str]:
+    """Delete the autosaves of ``stream`` beyond :func:`plan_autosaves`; other kinds are never
+    touched. Returns the deleted ids."""
+    key = key or store.key
+    if not key:
+        raise CheckpointError("retention needs the checkpoint key (it deletes checkpoints)")
+    found = store.scan(stream, key=key)
+    delete, _ = plan_autosaves(found.verified, keep=keep, max_bytes=max_bytes,
+                               protected=set(protect) | store.pinned())
+    return _delete(store, delete)
 
 
 def newest_paused(manifests: Iterable[Manifest]) -> Manifest | None:
@@ -104,6 +144,11 @@ def retain(
     if paused is not None:
         keep_ids.add(paused.id)
     delete, _ = plan(found.verified, keep=keep, protected=keep_ids)
+    return _delete(store, delete)
+
+
+def _delete(store: Store, delete: list[Manifest]) -> list[str]:
+    """Remove the manifests, then the blobs only they used; their ids."""
     candidates: set[str] = set()
     for m in delete:
         store.remove_manifest(m)

@@ -9,6 +9,8 @@ import ctypes
 import json
 import struct
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from .errors import CheckpointError
@@ -79,26 +81,70 @@ def pack_layout(entries: list[tuple[str, Any, str]]) -> tuple[bytes, list[Any]]:
 HOST_PIECE = 64 << 20  # a device storage comes to host memory this much at a time
 
 
-def pack_chunks(entries: list[tuple[str, Any, str]]):
+class DeviceCopies:
+    """Bytes of device storages brought to host memory, by purpose: ``hash`` (the change check
+    of every write) and ``write`` (the storages a write stores). What a GPU check proves an
+    incremental checkpoint copied off the device."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts = {"hash": 0, "write": 0}
+
+    def add(self, purpose: str, n: int) -> None:
+        with self._lock:
+            self.counts[purpose] += n
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.counts)
+
+
+DEVICE_COPIES = DeviceCopies()
+
+
+HASH_PIECE = 4 << 20  # hashed just before the writer copies it: still in the CPU's cache
+
+
+def pack_chunks(entries: list[tuple[str, Any, str]],
+                record: Callable[[str, str], None] | None = None, hash_names: Any = ()):
     """Yield the bytes of a pack: header, then each storage (a device storage copied to host a
-    piece at a time, so a checkpoint of a GPU model needs no host copy of a whole tensor)."""
+    piece at a time, so a checkpoint of a GPU model needs no host copy of a whole tensor).
+
+    Storages named in ``hash_names`` are hashed (xxh3) piece by piece as they are handed to the
+    writer and ``record(name, xxh3)`` is called after each: a storage no earlier entry could
+    match needs no hash before the write, so its change check costs no pass of its own."""
     head, storages = pack_layout(entries)
+    names = {id(us): name for name, us, _ in entries}
     yield head
     for us in storages:
+        name = names[id(us)]
         if us.device.type != "cpu":
-            yield from host_pieces(us)
+            pieces = host_pieces(us, purpose="write")
         else:
-            yield storage_bytes(us)
+            mv = storage_bytes(us)
+            pieces = (mv[a : a + HASH_PIECE] for a in range(0, len(mv), HASH_PIECE))
+        if record is None or name not in hash_names:
+            yield from pieces
+            continue
+        import xxhash
+
+        h = xxhash.xxh3_128()
+        for piece in pieces:
+            h.update(piece)
+            yield piece
+        record(name, h.hexdigest())
 
 
-def host_pieces(us: Any, piece: int = HOST_PIECE):
+def host_pieces(us: Any, piece: int = HOST_PIECE, purpose: str = "hash"):
     """Host copies of a storage, ``piece`` bytes at a time. Each yielded view owns its memory
     (a numpy array that keeps its tensor alive): a consumer may hold it past the next piece."""
     import torch
 
     flat = torch.empty(0, dtype=torch.uint8, device=us.device).set_(us)
     for a in range(0, us.nbytes(), piece):
-        yield memoryview(flat[a : a + piece].cpu().numpy())
+        host = flat[a : a + piece].cpu()
+        DEVICE_COPIES.add(purpose, host.numel())
+        yield memoryview(host.numpy())
 
 
 def storage_xxh3(us: Any) -> str:

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from . import env as _env
+from . import procstate
 from .blobpool import BlobPool
 from .cache import WriteCache, add_entry
 from .errors import CheckpointError
@@ -72,6 +73,7 @@ def write(
     keep: int | None = 5,
     protect: Iterable[str] = (),
     unit_timeout: float | None = None,
+    process_state: bool | Mapping[str, Any] = False,
 ) -> WriteResult:
     """Checkpoint ``namespace`` into ``store``. Never fails because one variable cannot be saved:
     such variables are reported as skipped/stale with a reason. Raises CheckpointError (e.g.
@@ -80,7 +82,8 @@ def write(
 
     ``keep``: checkpoints of ``stream`` kept afterwards (:func:`.retention.retain`; 0 or None: no
     count limit, nothing deleted); ``protect``: ids it must never delete (e.g. the checkpoints
-    the server's pause depends on)."""
+    the server's pause depends on). ``process_state``: also keep the process's state
+    (:mod:`.procstate`), signed with the manifest."""
     t0 = time.monotonic()
     if not isinstance(store, Store):
         store = open_store(store)
@@ -88,6 +91,9 @@ def write(
         raise CheckpointError("no checkpoint key given")
     items = [(n, namespace[n]) for n in select_names(namespace, include, exclude)]
     ckpt_id = new_checkpoint_id()
+    # before anything of ours runs; True: capture it here, a mapping: captured by the caller
+    proc = dict(process_state) if isinstance(process_state, Mapping) else (
+        procstate.capture() if process_state else {})
     if cache is not None:
         cache.bind(store.url)
     txn = store.begin(ckpt_id)
@@ -110,6 +116,7 @@ def write(
         units.save_all()
         orphans = units.finish()
         manifest = units.manifest(ckpt_id, stream, items, provenance or {}, liveness, meta)
+        manifest.process = proc
         data = sign(manifest, key)
         store.sync(txn)
         store.publish(txn, stream, data)
@@ -139,6 +146,7 @@ def write(
         ],
         seconds=time.monotonic() - t0,
         warnings=warnings,
+        process_state=procstate.captured(proc),
     )
 
 

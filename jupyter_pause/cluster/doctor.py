@@ -1,9 +1,9 @@
 """`jupyter pause doctor`: what a working pause needs, checked from inside the notebook pod.
 
 Each check gives ok / missing / warn with what it saw and how to fix it: the gVisor runtime class,
-the kernels' IPC transport, the server's poll() selector, the RBAC verbs (SelfSubjectAccessReview
-for every verb the product uses), the feature's CRDs, the snapshot storage config, and whether a
-PodSnapshotPolicy selects this pod.
+the time the server gets after SIGTERM (grace.py), the kernels' IPC transport, the server's
+poll() selector, the RBAC verbs (SelfSubjectAccessReview for every verb the product uses), the
+feature's CRDs, the snapshot storage config, and whether a PodSnapshotPolicy selects this pod.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from jupyter_server.serverapp import ServerApp
 
 from .gkw import gkw_manages_pod, gkw_policy_name, has_gate
+from .grace import DEFAULT_BUDGET_S, grace_finding
 from .kube import (
     KUBEFLOW_GROUP,
     KUBEFLOW_VERSION,
@@ -33,6 +34,7 @@ from .kube import (
 )
 from .permissions import (
     KUBEFLOW_CLUSTER_PERMISSIONS,
+    KUBEFLOW_PERMISSIONS,
     NOTEBOOK_CLUSTER_PERMISSIONS,
     NOTEBOOK_PERMISSIONS,
 )
@@ -105,7 +107,29 @@ def check_release(pod: dict, gkw_managed: bool) -> Check | None:
                  "notebook as a bare pod")
 
 
-def rbac_fix(pod: dict | None, *, cluster_scoped: bool) -> str:
+def check_shutdown_grace(pod: dict, config: Any, env: dict | None = None,
+                         s6: bool | None = None) -> Check:
+    """Does the server get the shutdown checkpoint's budget after SIGTERM (grace.py)?"""
+    budget = DEFAULT_BUDGET_S
+    section = config.get("PauseApp") if hasattr(config, "get") else None
+    if section is not None and "shutdown_checkpoint_budget" in section:
+        budget = float(section["shutdown_checkpoint_budget"])
+    enough, detail, fix = grace_finding(pod, budget, env, s6=s6)
+    return Check("shutdown grace", OK if enough else WARN, detail, fix)
+
+
+async def workspace_kind_name(kube: Kube, pod: dict | None) -> str | None:
+    """spec.kind of the pod's Workspace (None when it cannot be read)."""
+    meta = (pod or {}).get("metadata") or {}
+    ws = (meta.get("labels") or {}).get(WORKSPACE_LABEL)
+    try:
+        obj = await kube.get_or_none(WORKSPACES, ws, meta.get("namespace")) if ws else None
+    except KubeError:
+        return None
+    return ((obj or {}).get("spec") or {}).get("kind") or None
+
+
+def rbac_fix(pod: dict | None, *, cluster_scoped: bool, backend: str = "gke") -> str:
     """How to grant a missing verb to this pod's identity. Kubeflow Notebooks v2 runs a Workspace
     as its own ServiceAccount ws-<workspace> (workspace_controller.go) and binds only the
     ClusterRoles its WorkspaceKind names in podTemplate.serviceAccount.clusterRoles, with a
@@ -123,7 +147,9 @@ def rbac_fix(pod: dict | None, *, cluster_scoped: bool) -> str:
                 "examples/kubernetes/rbac.yaml (group system:serviceaccounts:"
                 f"{meta.get('namespace') or '<namespace>'}); a WorkspaceKind's clusterRoles "
                 "are bound per namespace and cannot grant cluster-scoped reads")
-    return ("add `clusterRoles: [{name: jupyter-pause-notebook}]` to the WorkspaceKind's "
+    role = ("{name: jupyter-pause-kubeflow}" if backend == "kubeflow" else
+            "{name: jupyter-pause-notebook}, {name: jupyter-pause-kubeflow}")
+    return (f"add `clusterRoles: [{role}]` to the WorkspaceKind's "
             "spec.podTemplate.serviceAccount (examples/kubernetes/workspacekind.yaml; Kubeflow "
             f"binds it to the Workspace's account {sa}) and apply the ClusterRoles and the "
             "ClusterRoleBinding in examples/kubernetes/rbac.yaml")
@@ -220,36 +246,46 @@ async def run_checks(kube: Kube | None, *, pod_name: str | None, namespace: str 
         checks.append(Check("runtime class", OK, "gvisor") if rc == "gvisor" else Check(
             "runtime class", MISSING, f"runtimeClassName is {rc or 'unset'}",
             "run the pod with runtimeClassName: gvisor (GKE Sandbox); pod snapshots need it"))
+        checks.append(check_shutdown_grace(pod, config))
 
     # RBAC: every verb the product uses, reviewed by the API server itself.
     owner_kinds = {r.get("kind") for r in ((pod or {}).get("metadata") or {}).get(
         "ownerReferences") or []}
     is_ws = bool((((pod or {}).get("metadata") or {}).get("labels") or {}).get(WORKSPACE_LABEL))
-    wanted = dict(NOTEBOOK_PERMISSIONS)
-    if backend != "kubeflow" and not is_ws:
-        wanted.pop((KUBEFLOW_GROUP, "workspaces"), None)
-    if "StatefulSet" not in owner_kinds:
-        wanted.pop(("apps", "statefulsets"), None)
-    perms = [(g, r, v, namespace) for (g, r), v in wanted.items()]
+    if backend == "kubeflow":
+        wanted = dict(KUBEFLOW_PERMISSIONS)
+    else:
+        wanted = dict(NOTEBOOK_PERMISSIONS)
+        if is_ws:  # the gke backend pauses a Workspace's pod through its Workspace
+            ws_res = (KUBEFLOW_GROUP, "workspaces")
+            wanted[ws_res] = KUBEFLOW_PERMISSIONS[ws_res]
+        if "StatefulSet" not in owner_kinds:
+            wanted.pop(("apps", "statefulsets"), None)
+    # (group, resource, verbs, namespace, name): the cluster-scoped reads are of one object each
+    perms = [(g, r, v, namespace, None) for (g, r), v in wanted.items()]
     if backend == "gke":
-        perms += [(g, r, v, None) for (g, r), v in NOTEBOOK_CLUSTER_PERMISSIONS.items()]
+        perms += [(g, r, v, None, storage_config)
+                  for (g, r), v in NOTEBOOK_CLUSTER_PERMISSIONS.items()]
     if is_ws:
         # the WorkspaceKind read behind GKE Workspaces' opt-in (gkw.gkw_manages)
-        perms += [(g, r, v, None) for (g, r), v in KUBEFLOW_CLUSTER_PERMISSIONS.items()]
-    for group, resource, verbs, ns in perms:
+        kind_name = await workspace_kind_name(kube, pod)
+        perms += [(g, r, v, None, kind_name)
+                  for (g, r), v in KUBEFLOW_CLUSTER_PERMISSIONS.items()]
+    for group, resource, verbs, ns, name in perms:
         res = Res(group, "v1", resource, namespaced=ns is not None)
         denied = []
         try:
             for verb in verbs:
-                allowed, _ = await kube.access_review(verb, res, ns)
+                allowed, _ = await kube.access_review(verb, res, ns, name)
                 if not allowed:
                     denied.append(verb)
         except KubeError as e:
             checks.append(Check(f"rbac {res.resource}", WARN, f"cannot review access: {e}"))
             continue
         if denied:
-            checks.append(Check(f"rbac {res.resource}", MISSING, f"denied: {', '.join(denied)}",
-                                rbac_fix(pod, cluster_scoped=ns is None)))
+            checks.append(Check(f"rbac {res.resource}", MISSING, f"denied: {', '.join(denied)}"
+                                + (f" on {name}" if name else ""),
+                                rbac_fix(pod, cluster_scoped=ns is None, backend=backend)))
         else:
             checks.append(Check(f"rbac {res.resource}", OK, ", ".join(verbs)))
 

@@ -192,6 +192,8 @@ class GKEBackend(PodBackend):
         ctx.progress("Stopping the pod to free the accelerator")
         if mode == "workspace":
             ws = pod["metadata"]["labels"][WORKSPACE_LABEL]
+            if stopping:  # under GKE Workspaces a plain paused=true would snapshot the pod
+                return await self.workspaces.stop(ws, ns)
             await self.workspaces.set_paused(ws, ns)
             return {"released": True, "stopped_via": "workspace", "owner": ws}
         if mode == "statefulset" and owner:

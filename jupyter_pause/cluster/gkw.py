@@ -25,6 +25,8 @@ POD_MIGRATION_ENABLED_ANNOTATION = "pod-migration.gke.io/enabled"
 # snapshot.go ReadinessGateConditionType: the pod webhook (webhook.go mutatePod) adds it to every
 # pod it manages.
 GKW_READINESS_GATE = "podsnapshot.gke.kubeflow.org/active"
+# snapshot.go: when the webhook started the checkpoint (cleared with checkpoint-state).
+GKW_STARTED_ANNOTATION = "podsnapshot.gke.kubeflow.org/checkpoint-started-at"
 TPU_RESOURCE = "google.com/tpu"  # snapshot.go ResourceTPU
 # snapshot.go CheckpointState*: the add-on's only states (no Failed or Error).
 CHECKPOINTING, READY, RESTORING = "Checkpointing", "Ready", "Restoring"

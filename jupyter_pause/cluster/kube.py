@@ -188,18 +188,27 @@ class Kube:
         self._factory = None if isinstance(api_client, client.ApiClient) else api_client
         if self._factory is None:
             self.api_client: client.ApiClient = api_client  # type: ignore[assignment]
+        self._loading: asyncio.Future | None = None
         # Every request has a deadline, so a hung connection never pins a worker thread forever.
         self.request_timeout: float = 30.0
 
     async def _ready(self) -> None:
-        if self._factory is not None:
-            factory, self._factory = self._factory, None
-            try:
-                self.api_client = await asyncio.to_thread(factory)
-            except Exception as e:  # noqa: BLE001 (no kubeconfig, not in a cluster: one line)
-                self._factory = factory
-                msg = f"no Kubernetes access: {type(e).__name__}: {e}".splitlines()[0]
-                raise KubeError(msg) from None
+        if self._factory is None:
+            return
+        # One load for all callers: a second request while the first loads waits for it
+        # rather than finding no client yet.
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(asyncio.to_thread(self._factory))
+        loading = self._loading
+        try:
+            api = await asyncio.shield(loading)
+        except Exception as e:  # noqa: BLE001 (no kubeconfig, not in a cluster: one line)
+            if self._loading is loading:
+                self._loading = None  # the next request tries again
+            msg = f"no Kubernetes access: {type(e).__name__}: {e}".splitlines()[0]
+            raise KubeError(msg) from None
+        self.api_client = api
+        self._factory = None
 
     # -- the one request path (blocking; runs in a worker thread) --
     def _send(self, method: str, path: str, *, query: Iterable[tuple[str, Any]] = (),
@@ -284,11 +293,15 @@ class Kube:
                 return None
             raise
 
-    async def access_review(self, verb: str, res: Res, namespace: str | None) -> tuple[bool, str]:
+    async def access_review(self, verb: str, res: Res, namespace: str | None,
+                            name: str | None = None) -> tuple[bool, str]:
+        """May this identity do `verb`? With `name`, on that object (a rule with resourceNames
+        allows only named requests)."""
         body = {"apiVersion": ACCESS_REVIEWS.api_version, "kind": ACCESS_REVIEWS.kind,
                 "spec": {"resourceAttributes": {"verb": verb, "group": res.group,
                                                 "resource": res.plural,
-                                                **({"namespace": namespace} if namespace else {})}}}
+                                                **({"namespace": namespace} if namespace else {}),
+                                                **({"name": name} if name else {})}}}
         out = await self._call(f"review access {verb} {res.resource}", self._send, "POST",
                                ACCESS_REVIEWS.path(), body=body)
         st = out.get("status") or {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from traitlets import Float, validate
+from traitlets import Bool, Float, validate
 
 from .. import configcheck as cc
 from .base import BackendError, PauseContext
@@ -35,6 +35,11 @@ class KubeflowBackend(PodBackend):
 
     name = "kubeflow"
 
+    # GKE Workspaces deletes the snapshots it restored itself (reconcile.go, on the way out of
+    # Restoring), and this backend's identity may not delete snapshots (rbac.yaml).
+    single_use_snapshots = Bool(False, help="Delete the workspace's pod snapshots once a "
+                                "resume is verified (GKE Workspaces does that itself).").tag(
+                                    config=True)
     checkpoint_timeout = Float(1800.0, help="Seconds to follow GKE Workspaces' checkpoint-state "
                                "before reporting the pod snapshot as failed.").tag(config=True)
     config_checks: ClassVar[dict[str, cc.Check]] = {**PodBackend.config_checks, "checkpoint_timeout": cc.seconds(positive=True)}

@@ -56,14 +56,23 @@ class LocalBackend(Backend):
         return {"released": True, "stopped_kernels": stopped}
 
     async def resume(self, ctx: ResumeContext) -> dict[str, Any]:
-        started = []
-        for rec in ctx.kernels:
+        # All kernels start together: a start is mostly the new process importing, so eight
+        # notebooks take about what the cores allow, not eight times one. (Kernels on TCP may
+        # still collide on a port; _start_ready replaces such a kernel. IPC has no ports.)
+        async def one(rec: KernelRecord) -> str | None:
             kid = await self._kernel_for(ctx, rec)
-            if kid is None:
+            new = kid is None
+            if new:
                 ctx.progress(f"Starting a kernel for {rec.label}")
                 kid = await self._start_ready(ctx, rec)
-                started.append(kid)
             ctx.kernel_map[rec.kernel_id] = kid
+            return kid if new else None
+
+        results = await asyncio.gather(*(one(rec) for rec in ctx.kernels), return_exceptions=True)
+        for r in results:  # the kernels that did start are in kernel_map (a retry reuses them)
+            if isinstance(r, BaseException):
+                raise r
+        started = [r for r in results if isinstance(r, str)]
         ctx.other_kernels = await _other_kernels(ctx)
         for k in ctx.other_kernels:
             self.log.warning("jupyter_pause: kernel %s (%s) %s", k["kernel_id"][:8],
@@ -114,18 +123,18 @@ class LocalBackend(Backend):
         return None
 
     async def _start_ready(self, ctx: ResumeContext, rec: KernelRecord) -> str:
-        """Start a kernel and wait until it answers; once more with a new kernel if it died.
+        """Start a kernel and wait until it answers; again with a new kernel if it died.
 
         A kernel dies at start when another process bound one of its ports between
         jupyter_client choosing the port and the kernel binding it (ipykernel itself binds an
         extra, OS-chosen port, so two kernels starting together can collide; jupyter_client
         #487). Its restarter then reuses the same cached ports, so every restart fails the
-        same way and the kernel is finally removed. A new kernel gets new ports. Waiting for
-        each kernel to answer before starting the next also keeps our own starts apart.
+        same way and the kernel is finally removed. A new kernel gets new ports. With the IPC
+        transport (``KernelManager.transport = "ipc"``) there are no ports to collide on.
         """
         km = ctx.kernel_manager
         why = ""
-        for _ in range(2):
+        for _ in range(3):
             kid = await asyncio.wait_for(self._start(ctx, rec), self.kernel_start_timeout)
             why = await _answers(km, kid, self.kernel_start_timeout)
             if not why:

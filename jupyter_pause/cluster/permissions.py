@@ -5,25 +5,38 @@ from __future__ import annotations
 
 from .kube import KUBEFLOW_GROUP, SNAPSHOT_GROUP
 
-# Every verb the notebook's service account uses: ClusterRole jupyter-pause-notebook (bound by a
-# RoleBinding or a WorkspaceKind's serviceAccount.clusterRoles).
-NOTEBOOK_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("", "pods"): ("get", "list", "watch"),  # the own pod: identity, PodRestored
-    # GKE's Warning event when it cold-starts a pod instead of restoring it (read-only; without
-    # it the cold-start reason comes from what the pause recorded)
+# One ClusterRole per backend, so that an identity holds only what its backend does.
+# The own pod and GKE's Warning event when it cold-starts a pod instead of restoring it
+# (read-only; without it the cold-start reason comes from what the pause recorded).
+_OWN_POD: dict[tuple[str, str], tuple[str, ...]] = {
+    ("", "pods"): ("get", "list", "watch"),
     ("", "events"): ("list",),
+}
+# The gke backend (a StatefulSet's or a bare pod's service account): ClusterRole
+# jupyter-pause-notebook, bound by a RoleBinding. It snapshots the own pod itself.
+NOTEBOOK_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    **_OWN_POD,
     ("apps", "statefulsets"): ("patch",),  # release(): scale the own StatefulSet to 0
-    (KUBEFLOW_GROUP, "workspaces"): ("get", "list", "watch", "patch"),  # spec.paused
     (SNAPSHOT_GROUP, "podsnapshotpolicies"): ("get", "create"),
     (SNAPSHOT_GROUP, "podsnapshotmanualtriggers"): ("get", "list", "watch", "create", "delete"),
     (SNAPSHOT_GROUP, "podsnapshots"): ("get", "list", "watch", "delete"),
 }
-# Cluster-scoped and read-only: doctor checks that the policy's storage config is Ready.
+# The kubeflow backend (each Workspace's own account, through the WorkspaceKind's
+# serviceAccount.clusterRoles): ClusterRole jupyter-pause-kubeflow. It pauses the own Workspace
+# and only reads what GKE Workspaces' add-on creates, with one exception: the add-on's trigger
+# that failed is deleted, since the add-on leaves it behind (workspaces.py).
+KUBEFLOW_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    **_OWN_POD,
+    (KUBEFLOW_GROUP, "workspaces"): ("get", "list", "watch", "patch"),  # spec.paused
+    (SNAPSHOT_GROUP, "podsnapshotmanualtriggers"): ("get", "list", "watch", "delete"),
+    (SNAPSHOT_GROUP, "podsnapshots"): ("get", "list", "watch"),
+}
+# Cluster-scoped and read-only, each for one known object (resourceNames in rbac.yaml): doctor
+# checks that the storage config is Ready; the Workspace's WorkspaceKind carries GKE Workspaces'
+# opt-in annotation (the kubeflow backend falls back to the pod's own evidence when denied).
 NOTEBOOK_CLUSTER_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     (SNAPSHOT_GROUP, "podsnapshotstorageconfigs"): ("get",),
 }
-# Cluster-scoped and read-only: the kubeflow backend reads the Workspace's WorkspaceKind for GKE
-# Workspaces' opt-in annotation (it falls back to the pod's own evidence when this is denied).
 KUBEFLOW_CLUSTER_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     (KUBEFLOW_GROUP, "workspacekinds"): ("get",),
 }

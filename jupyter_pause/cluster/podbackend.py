@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from traitlets import Any as AnyTrait
@@ -109,7 +110,25 @@ class PodBackend(LocalBackend):
     async def resume(self, ctx: ResumeContext) -> dict[str, Any]:
         # The pod is back already (this server runs in it); bring the kernels back like local does.
         self.pod.paused_as = {}
+        if ctx.pause.get("mode") == "stop":
+            await self._undo_stop_opt_out()
         return await super().resume(ctx)
+
+    async def watch_platform_pause(self, start_pause: Callable[[str], Awaitable[Any]]) -> None:
+        """Run for the server's life: a pause GKE Workspaces begins by itself (Kubeflow's
+        dashboard or culler) starts the pause path here first (workspaces.py)."""
+        await self.workspaces.watch_platform_pause(start_pause)
+
+    async def _undo_stop_opt_out(self) -> None:
+        """A stop opted the Workspace out of GKE Workspaces' snapshots; a resume through the
+        Kubeflow dashboard does not know to opt it back in."""
+        try:
+            if await self.workspaces.undo_stop_opt_out():
+                self.log.info("jupyter-pause: GKE Workspaces snapshots re-enabled after a stop")
+        except BackendError as e:
+            if e.reason != "not_workspace":
+                self.log.warning("jupyter-pause: could not re-enable GKE Workspaces snapshots "
+                                 "after a stop: %s", e)
 
     async def attach(self, ctx: ResumeContext) -> None:
         await super().attach(ctx)

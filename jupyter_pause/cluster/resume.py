@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .kube import (
+    GKW_LAST_CHECKPOINT_ANNOTATION,
     LEASE_ANNOTATION,
     PODS,
     PS_NAME_ANNOTATION,
@@ -38,6 +39,7 @@ from .kube import (
     is_true,
 )
 from .pod import workspace_key
+from .workspaces import opt_in_patch
 
 FINAL_STATES = {"restored_live", "cold_started", "started", "failed"}
 # Waiting states a person should see the reason of; none of them ends the resume by itself.
@@ -236,6 +238,8 @@ async def _cold_restart(kube: Kube, kind: str, ns: str, name: str, pod: dict,
                 break
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
+    if kind == "workspace":
+        await _unpin_workspace(kube, ns, name)
     pod_name = pod["metadata"]["name"]
     if kind == "pod":
         await _recreate(kube, ns, pod, None, "crashing")
@@ -243,6 +247,18 @@ async def _cold_restart(kube: Kube, kind: str, ns: str, name: str, pod: dict,
         await kube.delete(PODS, pod_name, ns, uid=pod["metadata"]["uid"])
     say("resuming", f"pod {pod_name} re-created without the pod snapshot"
         + (f" ({snap} deleted)" if snap else "") + "; it starts cold")
+
+
+async def _unpin_workspace(kube: Kube, ns: str, name: str) -> None:
+    """GKE Workspaces' pod webhook pins every new pod of the Workspace to its
+    last-checkpoint-name (ps-name, webhook.go mutatePod), and the add-on clears that annotation
+    only once a pod is Ready (reconcile.go reconcileActive): the pod that replaces a crashing
+    restore would be pinned to the snapshot just deleted. Clear it before the pod goes."""
+    obj = await kube.get_or_none(WORKSPACES, name, ns)
+    if GKW_LAST_CHECKPOINT_ANNOTATION in ((obj or {}).get("metadata", {}).get("annotations")
+                                          or {}):
+        await kube.patch(WORKSPACES, name, {"metadata": {"annotations": {
+            GKW_LAST_CHECKPOINT_ANNOTATION: None}}}, ns)
 
 
 async def _recreate(kube: Kube, ns: str, pod: dict, snap: str | None, what: str) -> None:
@@ -269,7 +285,10 @@ async def _start(kube: Kube, kind: str, res: Res, ns: str, name: str, obj: dict,
     """Set the workspace running; returns the snapshot pinned (bare pods) if any."""
     if kind == "workspace":
         if (obj.get("spec") or {}).get("paused"):
-            await kube.patch(res, name, {"spec": {"paused": False}}, ns)
+            # a stop opted the Workspace out of GKE Workspaces' snapshots: opt it back in
+            # before its pod is created (the add-on's pod webhook acts on CREATE)
+            body = opt_in_patch(obj) or {}
+            await kube.patch(res, name, {**body, "spec": {"paused": False}}, ns)
             say("resuming", "workspace set to running (spec.paused=false)")
         return None
     if kind == "statefulset":

@@ -91,6 +91,18 @@ def _snapshot_done(name: str) -> Callable[[dict | None], Any]:
     return done
 
 
+def trigger_failure(trigger: dict) -> str | None:
+    """GKE's reason a PodSnapshotManualTrigger failed, or None while it has not."""
+    out = _trigger_done(trigger["metadata"]["name"])(trigger)
+    return out[1] if out and out[0] == "failed" else None
+
+
+def snapshot_failure(name: str, snapshot: dict) -> str | None:
+    """GKE's reason a PodSnapshot failed, or None while it has not."""
+    out = _snapshot_done(name)(snapshot)
+    return out[1] if out and out[0] == "failed" else None
+
+
 class PodSnapshots:
     """The pod snapshots of the own pod's workspace: policy, trigger, waits, discard, lookup."""
 

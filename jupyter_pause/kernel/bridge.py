@@ -11,7 +11,7 @@ Protocol (implemented for the server by :func:`jupyter_pause.server.bridge.run_b
        user_expressions = {
            "jupyter_pause": "__import__('jupyter_pause.kernel.bridge', fromlist=['_']).last_result()"}
 
-   ``func`` is one of ``checkpoint``, ``restore``, ``liveness``, ``recompute``; ``kwargs`` are
+   ``func`` is one of ``checkpoint``, ``restore``, ``liveness``, ``recompute``, ``autosave``; ``kwargs`` are
    that function's keyword arguments as JSON. The code is a single expression: it binds no name
    in the user's namespace, and silent execution adds nothing to the history or ``Out``, does not
    bump the execution count and fires no ``pre/post_run_cell`` hooks.
@@ -42,8 +42,14 @@ Results (every function returns a JSON string and never raises)::
                    "restored": null | {"checkpoint_id", "at", "by", "variables"},
                    "provenance": bool}
     recompute  -> {"ok": true, "variables": [...]} | {"ok": false, "error"}
+    autosave(settings, store_url, key_path, stream, offered)
+               -> {"ok": true, "enabled", "every_s", "phase", "saved", "cancelled", "last", ...}
 
 ``variables`` rows: ``{"name", "kind", "size", "status", "reason", "cell", "recomputable"}``.
+``checkpoint`` and ``restore`` also return ``process_state``: rows of the same shape with
+``kind == "process state"`` (random streams, cwd, environment, settings, IPython's counter:
+saved / restored / skipped and why), kept apart from ``variables`` so that counts of variables
+stay counts of variables.
 ``liveness()["restored"]`` is set once this process was rebuilt from a checkpoint (by the
 server's ``restore``, ``%restore`` or ``%resume``): the server must then NOT restore it again,
 and must not call it live either (``token`` stays None unless a pause armed it in this process).
@@ -58,6 +64,7 @@ from typing import Any
 
 from ..checkpoint import errors as cp_errors
 from ..variables import as_row, row
+from . import autosave as _autosave
 from . import liveness as _liveness
 from . import namespace, ops, provenance
 from .progress import StdoutProgress
@@ -132,25 +139,28 @@ def checkpoint(
         provenance.install(ip)  # the server calls this on kernels that never ran %load_ext
         if token is not None:
             _liveness.arm(token)
-        res = ops.do_checkpoint(
-            ip,
-            store_url=store_url,
-            key_path=key_path,
-            stream=stream or namespace.default_stream(),
-            include=include,
-            exclude=exclude,
-            max_size=max_size,
-            keep=keep,
-            token=token,
-            meta={"trigger": "server", **dict(meta or {})},
-            progress=StdoutProgress(),
-            unit_timeout=variable_timeout,
-        )
+        # a running autosave stops first: this write saves the same state
+        with _autosave.yielding(ip):
+            res = ops.do_checkpoint(
+                ip,
+                store_url=store_url,
+                key_path=key_path,
+                stream=stream or namespace.default_stream(),
+                include=include,
+                exclude=exclude,
+                max_size=max_size,
+                keep=keep,
+                token=token,
+                meta={"trigger": "server", **dict(meta or {})},
+                progress=StdoutProgress(),
+                unit_timeout=variable_timeout,
+            )
         return _ok(
             checkpoint_id=res.checkpoint_id,
             bytes_written=res.bytes_written,
             bytes_total=res.bytes_total,
             variables=[as_row(v) for v in res.variables],
+            process_state=[as_row(v) for v in getattr(res, "process_state", [])],
             pid=_liveness.state()["pid"],
             token=_liveness.token(),
             warnings=list(getattr(res, "warnings", []) or []),
@@ -166,23 +176,32 @@ def restore(
     checkpoint_id: str | None = None,
     device: str = "auto",
     only: list[str] | None = None,
+    process_state: bool | None = None,
 ) -> str:
-    """Read a checkpoint and merge it into the namespace only after everything was read."""
+    """Read a checkpoint and merge it into the namespace only after everything was read.
+    ``process_state``: None = with a full restore only (see ops.do_restore)."""
     try:
-        out = ops.do_restore(
-            _ip(),
-            store_url=store_url,
-            key_path=key_path,
-            stream=stream or namespace.default_stream(),
-            checkpoint_id=checkpoint_id,
-            device=device,
-            only=only,
-            progress=StdoutProgress(),
-            by="server",
-        )
+        ip = _ip()
+        with _autosave.yielding(ip):  # no autosave reads the namespace while it changes
+            out = ops.do_restore(
+                ip,
+                store_url=store_url,
+                key_path=key_path,
+                stream=stream or namespace.default_stream(),
+                checkpoint_id=checkpoint_id,
+                device=device,
+                only=only,
+                progress=StdoutProgress(),
+                by="server",
+                process_state=process_state,
+            )
+        auto = _autosave.get(ip)
+        if auto is not None and auto.offered == out.checkpoint_id:
+            auto.offered = None  # the offer is taken
         return _ok(
             checkpoint_id=out.checkpoint_id,
             variables=out.variables,
+            process_state=out.process_state,
             warnings=out.warnings,
             modules=out.modules,
         )
@@ -225,7 +244,30 @@ def recompute(names: list[str] | None = None) -> str:
         return _fail(e)
 
 
+def autosave(
+    settings: dict[str, Any] | None = None,
+    store_url: str | None = None,
+    key_path: str | None = None,
+    stream: str | None = None,
+    offered: str | None = None,
+) -> str:
+    """Install (or reconfigure) this kernel's autosave; ``offered``: the checkpoint the person
+    was offered after this notebook's kernel died (``%restore`` takes it by default).
+    Returns the autosave's status."""
+    try:
+        ip = _ip()
+        provenance.install(ip)
+        auto = _autosave.install(ip, _autosave.Settings.from_dict(settings),
+                                 store_url=store_url, key_path=key_path, stream=stream)
+        if offered is not None:
+            auto.offered = offered or None
+        return _ok(**auto.status())
+    except BaseException as e:  # noqa: BLE001
+        return _fail(e)
+
+
 _FUNCS = {
+    "autosave": autosave,
     "checkpoint": checkpoint,
     "restore": restore,
     "liveness": liveness,

@@ -18,7 +18,7 @@ from IPython.display import display
 
 from ..units import format_bytes
 from ..variables import as_row, summary
-from . import args, liveness, namespace, ops, provenance, server_api
+from . import args, autosave, liveness, namespace, ops, provenance, server_api
 from .progress import NotebookProgress
 from .report import Report
 
@@ -76,7 +76,7 @@ class PauseMagics(Magics):
         stream = opts.stream or namespace.default_stream()
         bar = NotebookProgress("Checkpointing")
         try:
-            res = ops.do_checkpoint(
+            res = self._checkpoint_now(
                 self.shell,
                 store_url=opts.store or namespace.default_store_url(),
                 key_path=namespace.default_key_path(),
@@ -104,8 +104,13 @@ class PauseMagics(Magics):
                 "%restore --recompute (re-runs the cells that defined them)."
             )
         display(
-            Report(f"Checkpoint {res.checkpoint_id} of {stream}: {summary(rows)}", rows, notes)
+            Report(f"Checkpoint {res.checkpoint_id} of {stream}: {summary(rows)}",
+                   rows + [as_row(v) for v in getattr(res, "process_state", [])], notes)
         )
+
+    def _checkpoint_now(self, *a: Any, **kw: Any) -> Any:
+        with autosave.yielding(self.shell):  # the autosave under way stops; this saves it all
+            return ops.do_checkpoint(*a, **kw)
 
     @line_magic
     @_one_line_errors("restore")
@@ -119,6 +124,9 @@ class PauseMagics(Magics):
               help="re-run the recorded cells of variables that could not be stored")
     @argument("--id", dest="checkpoint_id", help="a checkpoint id (default: the latest)")
     @argument("--stream", help="checkpoint lineage (default: this notebook's path)")
+    @argument("--process-state", action="store_true", dest="process_state",
+              help="with --only: also put back random streams, cwd, settings (a full restore "
+              "always does)")
     def restore(self, line: str = "") -> None:
         """Restore variables from the latest (or a given) checkpoint."""
         opts = args.parse(self.restore, line)
@@ -130,6 +138,7 @@ class PauseMagics(Magics):
             opts.only,
             opts.recompute,
             by="magic",
+            process_state=True if opts.process_state else None,
         )
 
     def _restore(
@@ -142,24 +151,34 @@ class PauseMagics(Magics):
         recompute: bool,
         by: str,
         title_prefix: str = "Restored",
+        process_state: bool | None = None,
     ) -> ops.Restored:
         stream = stream or namespace.default_stream()
+        auto = autosave.get(self.shell)
+        if checkpoint_id is None and auto is not None and auto.offered and store is None:
+            # After a death the offered checkpoint is the way back, even when this new kernel
+            # autosaved its own (newer, smaller) state since.
+            checkpoint_id = auto.offered
         bar = NotebookProgress("Restoring")
         try:
-            out = ops.do_restore(
-                self.shell,
-                store_url=store or namespace.default_store_url(),
-                key_path=namespace.default_key_path(),
-                stream=stream,
-                checkpoint_id=checkpoint_id,
-                device=device,
-                only=only,
-                progress=bar,
-                by=by,
-            )
+            with autosave.yielding(self.shell):
+                out = ops.do_restore(
+                    self.shell,
+                    store_url=store or namespace.default_store_url(),
+                    key_path=namespace.default_key_path(),
+                    stream=stream,
+                    checkpoint_id=checkpoint_id,
+                    device=device,
+                    only=only,
+                    progress=bar,
+                    by=by,
+                    process_state=process_state,
+                )
         except BaseException:
             bar.finish("Restore failed; no variable was changed.")
             raise
+        if auto is not None and auto.offered == out.checkpoint_id:
+            auto.offered = None
         nbytes = getattr(out.result, "bytes_read", None) or bar.total or bar.done
         bar.finish(f"Read {format_bytes(nbytes)} in {bar.elapsed():.1f} s.")
         rows = out.variables
@@ -175,7 +194,8 @@ class PauseMagics(Magics):
                 "cells that defined them."
             )
         display(
-            Report(f"{title_prefix} {out.checkpoint_id} of {stream}: {summary(rows)}", rows, notes)
+            Report(f"{title_prefix} {out.checkpoint_id} of {stream}: {summary(rows)}",
+                   rows + out.process_state, notes)
         )
         return out
 
@@ -186,9 +206,14 @@ class PauseMagics(Magics):
     @args.exclusive()
     @argument("--never", action="store_true", help="never pause this kernel automatically")
     @argument("--allow", action="store_true", help="allow pausing this kernel again")
+    @argument("--autosave", nargs="+", metavar="off|on|every N s",
+              help="autosave after cells: off, on, or at most every N seconds")
     def pause(self, line: str = "") -> None:
         """Pause this workspace (checkpoint, then free the accelerator)."""
         opts = args.parse(self.pause, line)
+        if opts.autosave is not None:
+            print(autosave.set_from_words(self.shell, opts.autosave))
+            return
         if opts.never or opts.allow:
             liveness.set_never_pause(opts.never)
             print(
@@ -266,6 +291,8 @@ def load(ip: Any) -> None:
     """Register the magics and the provenance hooks (``%load_ext jupyter_pause``)."""
     global _magics
     provenance.install(ip)
+    autosave.install(ip, autosave.Settings.from_env(), store_url=namespace.default_store_url(),
+                     key_path=namespace.default_key_path())
     if _magics is None or _magics.shell is not ip:
         _magics = PauseMagics(ip)
     ip.register_magics(_magics)
@@ -274,6 +301,7 @@ def load(ip: Any) -> None:
 def unload(ip: Any) -> None:
     global _magics
     provenance.uninstall(ip)
+    autosave.uninstall(ip)
     line_magics = ip.magics_manager.magics.get("line", {})
     for name in ("checkpoint", "restore", "pause", "resume"):
         fn = line_magics.get(name)

@@ -17,7 +17,7 @@ from .. import checkpoint as cp
 from ..checkpoint.pickling import take_load_notes
 from ..statefile import protected_ids
 from ..variables import as_row, is_recomputable, row, set_status
-from . import liveness, namespace, provenance
+from . import ipystate, liveness, namespace, provenance
 from .report import apply_load_notes
 
 log = logging.getLogger(__name__)
@@ -85,9 +85,14 @@ def do_checkpoint(
     meta: Mapping[str, Any] | None = None,
     progress: ProgressFn | None = None,
     unit_timeout: float | None = None,
+    kind: str = "checkpoint",
+    publish_guard: Callable[[Any], Any] | None = None,
 ) -> Any:
     """Write a checkpoint of the user's variables; returns the engine's ``WriteResult``.
-    ``unit_timeout``: seconds one variable may take to serialize before it is skipped."""
+    ``unit_timeout``: seconds one variable may take to serialize before it is skipped.
+    ``kind``: recorded in the manifest's meta ("autosave" is kept apart by retention, see
+    :mod:`.autosave`); ``publish_guard(publish)`` wraps the store's publish (the autosave's
+    last chance to cancel a write that a cell started during)."""
     prov = provenance.install(ip)
     ns = namespace.user_variables(ip)
     include = list(include) if include is not None else None
@@ -95,20 +100,26 @@ def do_checkpoint(
         unknown = [n for n in include if n not in ns]
         if unknown:
             raise OpError(f"no variable named {', '.join(unknown)} in this kernel")
+    outs = ipystate.outputs(ip) if include is None else {}
+    if outs:  # Out[n] / _n go with the variables (pickled like them), reported as one row
+        include, ns = [*ns, *outs], {**ns, **outs}
     store = cp.open_store(store_url)
+    if publish_guard is not None:
+        store.publish = publish_guard(store.publish)  # this write's store object only
     key = cp.load_or_create_key(key_path, store=store)  # refuses to orphan existing checkpoints
     full_meta = {
         "modules": namespace.module_aliases(ip),
         "kernel_pid": os.getpid(),
         PENDING_KEY: {n: c for n, c in prov.pending.items() if n not in ns},
         **dict(meta or {}),
+        "kind": kind,
     }
     kwargs: dict[str, Any] = {"protect": protected_checkpoints()}
     if keep is not ...:
         kwargs["keep"] = keep
     if unit_timeout:
         kwargs["unit_timeout"] = unit_timeout
-    return cp.write(
+    res = cp.write(
         ns,
         store,
         key=key,
@@ -121,8 +132,16 @@ def do_checkpoint(
         meta=full_meta,
         progress=progress,
         cache=_cache_for(store_url),
+        process_state=True,
         **kwargs,
     )
+    out_row = ipystate.output_row([as_row(v) for v in res.variables])
+    if out_row is not None:
+        res.variables = [v for v in res.variables if not ipystate.is_output_name(v.name)]
+        res.process_state.append(cp.VariableReport(
+            out_row["name"], out_row["kind"], out_row["size"] or 0, out_row["status"],
+            out_row["reason"]))
+    return res
 
 
 class Restored:
@@ -131,7 +150,14 @@ class Restored:
     def __init__(self, rr: Any, modules: list[str], missing_modules: list[str]) -> None:
         self.result = rr
         self.checkpoint_id = rr.manifest.id
-        self.variables: list[dict[str, Any]] = [as_row(v) for v in rr.variables]
+        rows = [as_row(v) for v in rr.variables]
+        self.variables: list[dict[str, Any]] = [
+            r for r in rows if not ipystate.is_output_name(r["name"])]
+        # rows of the variables' shape, kind procstate.KIND: what of the process came back
+        self.process_state = [as_row(v) for v in getattr(rr, "process_state", None) or []]
+        out_row = ipystate.output_row(rows)
+        if out_row is not None:
+            self.process_state.append(out_row)
         self.warnings = list(getattr(rr, "warnings", []) or [])
         self.modules = modules
         if missing_modules:
@@ -153,8 +179,11 @@ def do_restore(
     only: Iterable[str] | None = None,
     progress: ProgressFn | None = None,
     by: str = "magic",
+    process_state: bool | None = None,
 ) -> Restored:
-    """Read a checkpoint, then (and only then) merge its values into ``user_ns``."""
+    """Read a checkpoint, then (and only then) merge its values into ``user_ns``.
+    ``process_state``: put back random streams, cwd, settings, IPython's counter, ... before
+    any variable; by default for a full restore only (``only`` leaves the process as it is)."""
     global last_restored_variables
     prov = provenance.install(ip)
     store = cp.open_store(store_url)
@@ -168,9 +197,11 @@ def do_restore(
         device=device,
         only=list(only) if only is not None else None,
         progress=progress,
+        process_state=only is None if process_state is None else process_state,
     )
     # Everything was read and verified: from here on nothing can fail half-way.
     values = dict(rr.values)
+    ipystate.adopt_outputs(ip, values)  # Out[n] / _n into IPython's output history
     ip.push(values, interactive=True)
     meta = rr.manifest.meta or {}
     aliases = meta.get("modules") if isinstance(meta, Mapping) else None
@@ -184,6 +215,9 @@ def do_restore(
         absent = [n for n in only if n not in {v["name"] for v in out.variables}]
         if absent:
             out.warnings.append(f"not in checkpoint {out.checkpoint_id}: {', '.join(absent)}")
+        if rr.manifest.process and not out.process_state:
+            out.warnings.append("process state (random streams, cwd, settings) left as it is: "
+                                "a partial restore; --process-state restores it too")
     prov.adopt({v["name"]: v.get("cell") for v in out.variables if v["name"] in values})
     prov.adopt({m: None for m in modules})
     prov.pending.update(

@@ -43,6 +43,14 @@ DEFAULT_PROFILES: dict[str, Profile] = {
     "never": Profile(name="never", action="none", description="never auto-pause"),
 }
 
+# Autosave per profile, under c.PauseApp.autosave's own keys: a training run whose every cell
+# changes the whole model autosaves at most every 5 minutes (each one writes what changed,
+# off the cell's path, but a write of a whole model competes for the disk); the others after
+# each cell. Overridden by ``c.IdlePolicy.autosave``.
+PROFILE_AUTOSAVE: dict[str, dict[str, Any]] = {
+    "cpu-small": {}, "gpu-experiment": {}, "training": {"every_s": 300.0}, "never": {},
+}
+
 DEFAULT_RULES: list[dict[str, Any]] = [
     {"labels": {"jupyter-pause/workload": "training"}, "profile": "training"},
     {"min_gpus": 1, "profile": "gpu-experiment"},
@@ -181,6 +189,10 @@ class IdlePolicy(cc.ValidatedConfig, LoggingConfigurable):
     labels_file = Unicode(
         "/etc/podinfo/labels", config=True,
         help="Downward-API pod labels file ($JUPYTER_PAUSE_LABELS_FILE overrides).")
+    autosave = Dict(
+        config=True,
+        help="Autosave settings by profile, e.g. {'training': {'every_s': 600}} (the keys of "
+             "c.PauseApp.autosave, which wins over these).")
     interval = Float(60.0, config=True, help="Seconds between idle checks.")
     probe_timeout = Float(
         10.0, config=True, help="Seconds to wait for a kernel to answer the %pause --never probe.")
@@ -191,6 +203,11 @@ class IdlePolicy(cc.ValidatedConfig, LoggingConfigurable):
     @validate(*config_checks)
     def _validate_config(self, proposal: Any) -> Any:
         return self._checked(proposal)
+
+    def autosave_for(self, profile: str) -> dict[str, Any]:
+        """The autosave settings of ``profile``: the defaults, then ``autosave``'s."""
+        own = self.autosave.get(profile)
+        return {**PROFILE_AUTOSAVE.get(profile, {}), **(own if isinstance(own, dict) else {})}
 
     def resolve(self, env: Mapping[str, str] | None = None,
                 accelerator_count: int | None = None) -> tuple[Profile, str, Workload]:

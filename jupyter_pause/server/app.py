@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import os
 import signal
 import sys
@@ -13,12 +14,13 @@ from typing import Any, ClassVar
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
-from traitlets import Bool, Dict, Float, Instance, Int, List, Unicode, default, validate
+from traitlets import Bool, Dict, Float, Instance, Int, List, Unicode, Union, default, validate
 
 from .. import configcheck as cc
 from ..cluster.accelerator import detected_accelerator
 from ..cluster.base import Backend, resolve_backend_class
 from . import kernelguard
+from .deaths import Deaths
 from .events import register_schema
 from .handlers import default_handlers
 from .lifecycle import Lifecycle
@@ -120,6 +122,15 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
         True, help="After a stop that saved a notebook's kernel, restore that checkpoint into "
         "the next kernel started for the notebook, before its session request answers.",
     ).tag(config=True)
+    autosave = Union(
+        [Bool(), Dict()], default_value=True,
+        help="Autosave each kernel after its cells (a checkpoint of kind 'autosave', written "
+        "while the kernel is idle; a cell never waits for it), so that a killed kernel or "
+        "server loses at most the cell that was running. True/False, or a dict: enabled "
+        "(bool), every_s (at most one per this many seconds, 0: after each cell), idle_delay "
+        "(seconds idle before a write starts, default 0.25), keep (newest autosaves kept per "
+        "notebook, default 3), max_bytes (and at most this many bytes of them, 0: no bound).",
+    ).tag(config=True)
     extension_modules = List(
         Unicode(), DEFAULT_EXTENSION_MODULES,
         help="Modules that add routes/start-up work (get_handlers(app), start(app), stop(app)).",
@@ -153,6 +164,8 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
     disabled_reason: str | None = None
     _state_lock: StateLock | None = None
     _restarts: RestartWatch | None = None
+    _deaths: Deaths | None = None
+    _profile_autosave: dict[str, Any] | None = None
     _renames: kernelguard.RenameWatch | None = None
     # How the server was asked to stop: "signal", "api" (the shutdown API), "idle".
     _stop_trigger: str | None = None
@@ -167,6 +180,30 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
     @default("state_dir")
     def _default_state_dir(self) -> str:
         return os.path.join(jupyter_data_dir(), "jupyter-pause", "state")
+
+    def autosave_settings(self) -> dict[str, Any]:
+        """``autosave`` as the kernels' settings (see ``kernel.autosave.Settings``): the
+        workload profile's (``policy.profiles``), then this trait's own keys."""
+        value = self.autosave
+        if value is False:
+            return {"enabled": False}
+        if self._profile_autosave is None:
+            self._profile_autosave = self._autosave_of_profile()
+        own = value if isinstance(value, dict) else {}
+        return {"enabled": True, **self._profile_autosave,
+                **{k: v for k, v in own.items() if isinstance(k, str)}}
+
+    def _autosave_of_profile(self) -> dict[str, Any]:
+        try:
+            from ..policy.profiles import IdlePolicy
+
+            policy = IdlePolicy(parent=self)
+            profile, _, _ = policy.resolve(
+                accelerator_count=int((self.accelerator or {}).get("count") or 0))
+            return policy.autosave_for(profile.name)
+        except Exception as e:  # noqa: BLE001 - a bad policy config: the defaults then
+            self.log.warning("jupyter_pause: autosave per profile not applied: %s", e)
+            return {}
 
     def refusal(self, action: str) -> str | None:
         """Why this configuration cannot run ``action`` ("pause" or "resume"), else None."""
@@ -210,6 +247,8 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
                            ("JUPYTER_PAUSE_STORE_MEMORY", self.store_memory)):
             if value:
                 os.environ[var] = value
+        # The magics' own autosave (%load_ext in a kernel the server did not start) alike.
+        os.environ["JUPYTER_PAUSE_AUTOSAVE"] = json.dumps(self.autosave_settings(), default=str)
         # Detect now, at start-up, not on the event loop's first pause (nvidia-smi may be slow).
         self.log.info("jupyter_pause: accelerator %s", self.accelerator)
         self.backend_instance = resolve_backend_class(self.backend)(parent=self)
@@ -255,6 +294,9 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
         self._started = True
         self._restarts = RestartWatch(serverapp)
         self._restarts.start()
+        self._deaths = Deaths(self)
+        await self._deaths.start_after_kill()
+        self._deaths.start()
         # What a pause means to the kernel and session managers, and the restore after a
         # stop: in one place, kernelguard.
         kernelguard.install(self.lifecycle)
@@ -326,6 +368,8 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
         if self.lifecycle is not None:
             await self._checkpoint_on_shutdown()
             await self.lifecycle.stop()
+        if self._deaths is not None:
+            await self._deaths.stop(clean=True)  # last: a stop killed before here is unclean
         if self._state_lock is not None:
             self._state_lock.release()
             self._state_lock = None

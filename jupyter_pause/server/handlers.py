@@ -22,6 +22,7 @@ from ..checkpoint import NotFoundError, open_keyed_store
 from ..statefile import needed_ids
 from . import bridge as kbridge
 from . import validate as v
+from .deaths import offers_status
 from .httperror import ApiError
 from .lifecycle import Lifecycle, Refusal
 
@@ -80,6 +81,18 @@ class BaseHandler(ExtensionHandlerMixin, APIHandler):
         self.set_status(status)
         self.finish(json.dumps(data, default=str))
 
+    async def notebook_kernel(self, path: str, missing: str, status: int = 404) -> Any:
+        """The running kernel of ``path`` for a call into it: refused while a flight runs,
+        and answered ``status`` with ``missing`` when no kernel runs for it."""
+        if self.lifecycle.flight is not None:
+            raise ApiError(409, f"a {self.lifecycle.flight.kind} is in progress; try again "
+                           "after it")
+        records = await kbridge.running_kernels(self.serverapp)
+        rec = next((r for r in records if r.path == path), None)
+        if rec is None:
+            raise ApiError(status, missing)
+        return rec
+
 
 class StatusHandler(BaseHandler):
     """GET status: the state, the flight, the kernels and the last report."""
@@ -91,6 +104,13 @@ class StatusHandler(BaseHandler):
     @authorized
     async def get(self) -> None:
         status = await self.lifecycle.status()
+        # What a kernel death or a killed server left to restore (see .deaths).
+        running = {k.get("path"): k.get("id") for k in status.get("kernels") or []
+                   if k.get("path")}
+        status["offers"] = offers_status(self.lifecycle.state, self.serverapp, running)
+        status["recoveries"] = dict(self.lifecycle.state.get("recoveries") or {})
+        # Whether there is an accelerator to speak of: the UI names one only when there is.
+        status.setdefault("accelerator", dict(self.lifecycle.app.accelerator or {}))
         # The report names the cell that made each variable, and cells hold secrets: only
         # those who may write (pause, recompute) see their source; viewers get the rest.
         allowed = self.authorizer.is_authorized(self, self.current_user, "write",
@@ -144,13 +164,7 @@ class RecomputeHandler(BaseHandler):
     async def post(self) -> None:
         body = self.body(v.RECOMPUTE)
         path, names = body["path"], body["names"]
-        if self.lifecycle.flight is not None:
-            raise ApiError(409, f"a {self.lifecycle.flight.kind} is in progress; try again "
-                           "after it")
-        records = await kbridge.running_kernels(self.serverapp)
-        rec = next((r for r in records if r.path == path), None)
-        if rec is None:
-            raise ApiError(404, f"no running kernel for {path}")
+        rec = await self.notebook_kernel(path, f"no running kernel for {path}")
         try:
             res = await kbridge.call(self.serverapp, rec.kernel_id, "recompute", names=names,
                                      timeout=self.extensionapp.bridge_timeout)
@@ -220,6 +234,8 @@ class CheckpointHandler(BaseHandler):
 
 def default_handlers() -> list[tuple[str, type]]:
     """The server's own routes (the policy module adds its own, gc among them)."""
+    from .offerhandlers import handlers as offer_handlers  # it builds on BaseHandler
+
     return [
         (rf"{API}/status", StatusHandler),
         (rf"{API}/pause", PauseHandler),
@@ -227,4 +243,5 @@ def default_handlers() -> list[tuple[str, type]]:
         (rf"{API}/recompute", RecomputeHandler),
         (rf"{API}/checkpoints", CheckpointsHandler),
         (rf"{API}/checkpoints/([^/]+)", CheckpointHandler),
+        *offer_handlers(API),
     ]

@@ -48,6 +48,7 @@ class Lifecycle(Recorder):
     def __init__(self, app: PauseApp):
         super().__init__(app)
         self._watchers: list[asyncio.Task] = []
+        self._platform_watch: asyncio.Future | None = None  # the backend's own pauses
         self._backend_desc: dict[str, Any] = {"name": app.backend_name, "configured": True,
                                               "can_pause": True, "why_not": None}
         self._backend_desc_at = 0.0
@@ -73,6 +74,9 @@ class Lifecycle(Recorder):
         """After the event loop runs: resume verification for a workspace that came back."""
         self._refresh_backend_desc()
         self._cleanup = asyncio.ensure_future(self._clean_store_temps())
+        watch = getattr(self.backend, "watch_platform_pause", None)
+        if watch is not None:  # the platform may pause by itself (cluster/workspaces.py)
+            self._platform_watch = asyncio.ensure_future(watch(self._platform_pause))
         if self.state["state"] != "paused" and not (
             self.state["state"] == "failed" and self.state.get("pause")
         ):
@@ -106,7 +110,16 @@ class Lifecycle(Recorder):
                           res.get("bytes_freed", 0))
         self.temps_cleaned = res
 
+    async def _platform_pause(self, trigger: str) -> None:
+        """The platform began a pause of its own: take the pause path (checkpoint first)."""
+        try:
+            await self.request_pause(trigger)
+        except Refusal as e:
+            self.log.info("jupyter_pause: %s began a pause; not joined: %s", trigger, e)
+
     async def stop(self) -> None:
+        if self._platform_watch is not None:
+            self._platform_watch.cancel()
         for task in self._watchers:
             task.cancel()
         if self._cleanup is not None:

@@ -27,6 +27,8 @@ from .pausereport import stopped_text
 from .previous import offer_hint
 
 PAUSE_STATES = ("checkpointing", "snapshotting", "releasing")
+RECOVERIES = {"deaths": 0, "server_kills": 0, "offered": 0, "restored": 0, "cells_lost": 0,
+              "seconds_lost": 0.0}
 RESUME_STATES = ("resuming", "waiting_for_capacity", "verifying", "restoring")
 # Fields kept out of the timeline (they are in the journal and the report).
 _BULKY = ("kernels", "report", "variables", "resume_from", "rows")
@@ -40,6 +42,9 @@ def default_state() -> dict[str, Any]:
         # A shutdown checkpoint under way ("stopping"), and the last one that ended ("stopped":
         # what it saved, and which saved notebooks still wait for their restore).
         "stopping": None, "stopped": None,
+        # After a kernel death or a server killed without grace: path -> the checkpoint offered
+        # (see .deaths), and what the recoveries cost.
+        "offers": {}, "recoveries": dict(RECOVERIES),
     }
 
 
@@ -125,6 +130,8 @@ def apply(st: dict[str, Any], e: dict[str, Any]) -> None:
     elif ev in ("shutdown_requested", "stop_checkpoint_written", "stopped",
                 "restored_after_stop"):
         _apply_stop(st, e)
+    elif ev in ("kernel_died", "server_killed", "offer_restored", "offer_dismissed"):
+        _apply_offer(st, e)
     elif ev == "failed":
         after = e.get("state_after") or "failed"
         if e.get("kind") == "pause":
@@ -140,6 +147,33 @@ def apply(st: dict[str, Any], e: dict[str, Any]) -> None:
                   outcome="failed" if e.get("kind") == "resume" else None)
         if e.get("report") is not None:
             st["last_report"] = e["report"]
+
+
+def _apply_offer(st: dict[str, Any], e: dict[str, Any]) -> None:
+    """A death's offer made, taken or dismissed (see :mod:`.deaths`). Offers never change the
+    lifecycle's state: they are a way back, not a flight."""
+    ev = e.get("event")
+    offers = st.setdefault("offers", {})
+    rec = st.setdefault("recoveries", dict(RECOVERIES))
+    for k, v in RECOVERIES.items():
+        rec.setdefault(k, v)
+    if ev in ("kernel_died", "server_killed"):
+        rec["deaths" if ev == "kernel_died" else "server_kills"] += 1
+        new = [e.get("offer")] if ev == "kernel_died" else list(e.get("offers") or [])
+        for o in new:
+            if isinstance(o, dict) and o.get("path"):
+                offers[o["path"]] = dict(o)
+                rec["offered"] += 1 if o.get("checkpoint_id") else 0
+    elif ev == "offer_restored":
+        o = offers.pop(e.get("path"), None) or {}
+        rec["restored"] += 1
+        lost = e.get("cells_lost", o.get("cells_lost"))
+        rec["cells_lost"] += lost if isinstance(lost, int) and lost > 0 else 0
+        secs = e.get("seconds_lost", o.get("age_s"))
+        if isinstance(secs, (int, float)) and not isinstance(secs, bool) and secs > 0:
+            rec["seconds_lost"] = round(rec["seconds_lost"] + float(secs), 3)
+    else:
+        offers.pop(e.get("path"), None)
 
 
 def _merge_recomputed(report: dict[str, Any] | None, e: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@
 
 import type { IStatus } from './api';
 import { ITrans } from './format';
-import { describeOffer, isPausing, isResuming } from './status';
+import { describeOffer, hasAccelerator, isPausing, isResuming } from './status';
 
 /** What the toolbar button (and the Pause / Resume commands) show. */
 export interface IActionView {
@@ -126,9 +126,8 @@ export function describeAction(
     return pauseView(trans, false, trans.__('Sending the request…'));
   }
   const blocker = pauseBlocker(status, local, trans);
-  return pauseView(
-    trans,
-    blocker === null,
-    blocker ?? trans.__('Pause: write a checkpoint of every kernel, then free the accelerator.')
-  );
+  const why = hasAccelerator(status)
+    ? trans.__('Pause: write a checkpoint of every kernel, then stop them to free the accelerator.')
+    : trans.__('Pause: write a checkpoint of every kernel, then stop them to free their memory.');
+  return pauseView(trans, blocker === null, blocker ?? why);
 }

@@ -6,6 +6,8 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import type { IOffer } from './offers';
+
 /** Workspace states of the server's lifecycle (contract: `GET status` -> `state`). */
 export type WorkspaceState =
   | 'running'
@@ -127,6 +129,20 @@ export interface IStatus {
   resume_available?: boolean;
   /** What a resume would restore; `offered` when it is an older checkpoint (a pause failed). */
   resume_from?: IResumeFrom | null;
+  /** The accelerator this workspace holds (`{"type": "none", "count": 0}` without one). */
+  accelerator?: { type?: string; count?: number } | null;
+  /** Notebooks whose kernel died or was lost, and the saved state that can bring it back. */
+  offers?: IOffer[];
+}
+
+/** One entry of `GET checkpoints`. */
+export interface ICheckpointListing {
+  id: string;
+  /** The notebook's session name (its path, relative or absolute). */
+  stream?: string | null;
+  created?: string | null;
+  bytes_total?: number | null;
+  variables?: number | null;
 }
 
 /** `GET policy` (the idle policy's auto-pause state); only the fields the UI uses. */
@@ -158,6 +174,12 @@ export interface IPauseAPI {
   start(kind: 'pause' | 'resume'): Promise<IFlight>;
   /** `POST recompute`: re-run the recorded cells of skipped variables of one notebook. */
   recompute(path: string, names: string[]): Promise<IReportVariable[]>;
+  /** `GET checkpoints`: what the store holds (for "Restore from Checkpoint"). */
+  checkpoints?(): Promise<ICheckpointListing[]>;
+  /** `POST offers/restore`: bring a dead kernel's saved state back into its new kernel. */
+  restoreOffer?(path: string, id?: string): Promise<{ variables?: IReportVariable[] }>;
+  /** `POST offers/dismiss`: the person does not want it back. */
+  dismissOffer?(path: string): Promise<void>;
 }
 
 /** Thrown for a non-2xx answer; `message` is the server's one-line `{"message"}` when present. */
@@ -237,6 +259,23 @@ export class PauseAPI implements IPauseAPI {
       names
     });
     return reply.variables ?? [];
+  }
+
+  async checkpoints(): Promise<ICheckpointListing[]> {
+    const reply = await requestAPI<{ checkpoints?: ICheckpointListing[] }>(
+      'checkpoints',
+      {},
+      this._settings
+    );
+    return reply.checkpoints ?? [];
+  }
+
+  restoreOffer(path: string, id?: string): Promise<{ variables?: IReportVariable[] }> {
+    return this._post('offers/restore', id ? { path, id } : { path });
+  }
+
+  async dismissOffer(path: string): Promise<void> {
+    await this._post('offers/dismiss', { path });
   }
 
   private _post<T>(endPoint: string, body: object): Promise<T> {

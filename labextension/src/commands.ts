@@ -13,7 +13,7 @@ import { Widget } from '@lumino/widgets';
 import { PauseController } from './controller';
 import { ITrans } from './format';
 import { pauseIcon, resumeIcon } from './icons';
-import { IMagicResult, runMagic } from './kernelcmd';
+import { IMagicResult, plainError, runMagic } from './kernelcmd';
 import { isFlightActive } from './status';
 
 export namespace CommandIDs {
@@ -131,10 +131,10 @@ async function restoreNow(notebook: INotebook, trans: ITrans): Promise<IMagicRes
     }
   ];
   if (!result.ok) {
-    const why = result.error || trans.__('no reason given');
+    const why = plainError(result.error) || trans.__('no reason given');
     Notification.error(trans.__('Restore of %1 failed: %2', name, why), {
       actions,
-      autoClose: false
+      autoClose: 10000
     });
   } else {
     const message = result.report
@@ -143,6 +143,56 @@ async function restoreNow(notebook: INotebook, trans: ITrans): Promise<IMagicRes
     Notification.success(message, { actions, autoClose: 8000 });
   }
   return result;
+}
+
+/**
+ * Which notebooks have a checkpoint in the store (`GET checkpoints`), so that *Restore from
+ * Checkpoint* is disabled, with the reason, for one that has none. Re-read when the last
+ * checkpoint or the offers change; unknown (null) until read, and then the command is enabled
+ * and says what it finds.
+ */
+class CheckpointIndex {
+  constructor(
+    private _controller: PauseController,
+    private _changed: () => void
+  ) {}
+
+  /** Whether the notebook at `path` has a checkpoint; null when not known. */
+  has(path: string): boolean | null {
+    if (!this._streams) {
+      return null;
+    }
+    // The stream is the notebook's session name: its path, relative or absolute.
+    return this._streams.some(s => s === path || s.endsWith('/' + path));
+  }
+
+  /** Re-read the listing when what it depends on changed (or `force`). */
+  update(force = false): void {
+    const st = this._controller.status;
+    const key = JSON.stringify([st?.last_checkpoint?.id, st?.offers?.length, st?.state]);
+    if (!force && key === this._key) {
+      return;
+    }
+    this._key = key;
+    const seq = ++this._seq;
+    this._controller
+      .checkpoints()
+      .then(list => {
+        if (seq === this._seq) {
+          this._streams = list.map(c => String(c.stream ?? ''));
+          this._changed();
+        }
+      })
+      .catch(() => {
+        if (seq === this._seq) {
+          this._streams = null; // unknown: the command tries and says what it finds
+        }
+      });
+  }
+
+  private _streams: string[] | null = null;
+  private _key = '';
+  private _seq = 0;
 }
 
 /** Add the commands; disposing the result removes them. */
@@ -200,15 +250,33 @@ export function addCommands(options: ICommandsOptions): IDisposable {
     execute: onNotebook(async notebook => {
       const result = await checkpointNow(notebook, trans);
       void controller.refresh();
+      checkpoints.update(true);
       return result;
     })
   });
+  const checkpoints = new CheckpointIndex(controller, () =>
+    commands.notifyCommandChanged(CommandIDs.restore)
+  );
+  const noCheckpoint = () => {
+    const notebook = currentNotebook(tracker);
+    return !!notebook && checkpoints.has(notebook.path) === false;
+  };
   add(CommandIDs.restore, {
-    label: trans.__('Restore from Checkpoint'),
-    caption: trans.__(
-      'Load the last checkpoint of the current notebook into its kernel (%restore)'
-    ),
-    isEnabled: canUseKernel,
+    // Menus show no captions: the label says why it is disabled.
+    label: () =>
+      noCheckpoint()
+        ? trans.__('Restore from Checkpoint (no checkpoint yet)')
+        : trans.__('Restore from Checkpoint'),
+    caption: () => {
+      const notebook = currentNotebook(tracker);
+      return notebook && noCheckpoint()
+        ? trans.__(
+            'There is no checkpoint of %1 yet: Checkpoint Now (or Pause) writes one.',
+            notebook.path
+          )
+        : trans.__('Load the last checkpoint of the current notebook into its kernel (%restore)');
+    },
+    isEnabled: () => canUseKernel() && !noCheckpoint(),
     execute: onNotebook(notebook => restoreNow(notebook, trans))
   });
   add(CommandIDs.showReport, {
@@ -225,7 +293,18 @@ export function addCommands(options: ICommandsOptions): IDisposable {
       }
     }
   };
-  controller.changed.connect(notify);
-  set.add(new DisposableDelegate(() => controller.changed.disconnect(notify)));
+  const follow = () => {
+    checkpoints.update();
+    notify();
+  };
+  const onCurrent = () => notify();
+  controller.changed.connect(follow);
+  tracker?.currentChanged.connect(onCurrent);
+  set.add(
+    new DisposableDelegate(() => {
+      controller.changed.disconnect(follow);
+      tracker?.currentChanged.disconnect(onCurrent);
+    })
+  );
   return set;
 }

@@ -5,6 +5,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { describeAction, IActionView, IBusyKernel } from './action';
 import type { IFlight, IPauseAPI, IPolicy, IReportVariable, IStatus, WorkspaceState } from './api';
 import { ITrans } from './format';
+import type { IRestart } from './offers';
 import { describeStatus, isFlightActive, IStatusView } from './status';
 import type { IPauseController, IPauseState } from './tokens';
 
@@ -111,7 +112,60 @@ export class PauseController implements IPauseController {
   }
 
   get statusView(): IStatusView {
-    return describeStatus(this._status, this._error, this._trans);
+    return describeStatus(this._status, this._error, this._trans, this.restarts);
+  }
+
+  /** Notebooks whose kernel restarted (or died) since the last workspace transition. */
+  get restarts(): IRestart[] {
+    return Array.from(this._restarts.values());
+  }
+
+  /**
+   * A notebook's kernel restarted (Kernel > Restart, or JupyterLab's restart after the
+   * kernel died): its state is gone, whatever the last resume restored.
+   */
+  noteRestart(path: string): void {
+    this._restarts.set(path, { path, used: false });
+    this._changed.emit();
+    void this._throttler.invoke(); // the server's offer for it, if the death made one
+  }
+
+  /** A cell ran in that notebook's new kernel: it is in use again. */
+  noteUsed(path: string): void {
+    const restart = this._restarts.get(path);
+    if (restart && !restart.used) {
+      restart.used = true;
+      this._changed.emit();
+    }
+  }
+
+  /** `POST offers/restore`: bring the notebook's saved state back into its new kernel. */
+  async restoreOffer(path: string, id?: string): Promise<IReportVariable[]> {
+    if (!this._api.restoreOffer) {
+      throw new Error('this server cannot restore a dead kernel\'s state');
+    }
+    try {
+      const reply = await this._api.restoreOffer(path, id);
+      this._restarts.delete(path);
+      return reply.variables ?? [];
+    } finally {
+      await this.refresh();
+    }
+  }
+
+  /** `POST offers/dismiss`: the person does not want the saved state back. */
+  async dismissOffer(path: string): Promise<void> {
+    try {
+      await this._api.dismissOffer?.(path);
+      this._restarts.delete(path);
+    } finally {
+      await this.refresh();
+    }
+  }
+
+  /** The authentic checkpoints in the store (`GET checkpoints`); [] without the call. */
+  checkpoints(): ReturnType<NonNullable<IPauseAPI['checkpoints']>> {
+    return this._api.checkpoints ? this._api.checkpoints() : Promise.resolve([]);
   }
 
   get actionView(): IActionView {
@@ -281,6 +335,9 @@ export class PauseController implements IPauseController {
     }
     const previous = this._shownState;
     this._shownState = state;
+    if (previous !== null && state !== null) {
+      this._restarts.clear(); // a pause or resume since: the kernels are its kernels now
+    }
     this._stateChanged.emit({ state, previous, status: this._status });
   }
 
@@ -346,6 +403,7 @@ export class PauseController implements IPauseController {
   private _error: string | null = null;
   private _pending = false;
   private _busy = new Map<string, IBusyKernel>();
+  private _restarts = new Map<string, IRestart>();
   private _seq = 0;
   private _applied = 0;
   private _isDisposed = false;

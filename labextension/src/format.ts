@@ -118,6 +118,16 @@ export function formatTime(iso: string): string {
   return `${pad2(d.getHours())}:${pad2(d.getMinutes())}:${pad2(d.getSeconds())}`;
 }
 
+/** Local time of an ISO timestamp as a person says it (HH:MM), or the raw string. */
+export function formatClock(iso: string): string {
+  const t = Date.parse(iso);
+  if (isNaN(t)) {
+    return iso;
+  }
+  const d = new Date(t);
+  return `${pad2(d.getHours())}:${pad2(d.getMinutes())}`;
+}
+
 /** Seconds between two ISO timestamps, or null when either is missing or unparsable. */
 export function secondsBetween(from?: string | null, to?: string | null): number | null {
   if (!from || !to) {

@@ -106,3 +106,13 @@ export async function runMagic(
   }
   return { ok: error === null, output: collapseProgress(chunks.join('')), error, report };
 }
+
+/**
+ * A magic's error in one plain line: "UsageError: %restore failed: no checkpoint for 'a'"
+ * becomes "no checkpoint for 'a'". The exception's class and the magic's name say nothing to
+ * a person who clicked a menu item; the full text stays behind "Show output".
+ */
+export function plainError(error: string | null | undefined): string {
+  const first = String(error ?? '').split('\n')[0].trim();
+  return first.replace(/^[A-Za-z_.]*(Error|Exception): /, '').replace(/^%\w+ failed: /, '');
+}

@@ -27,6 +27,10 @@ import { isFlightActive } from './status';
 /** The part of `ISessionContext` the hold uses. */
 export interface IHoldableContext {
   startKernel(): Promise<boolean>;
+  /** Kernel > Change Kernel, the toolbar's kernel selector, and a restart without a kernel. */
+  changeKernel?(options?: unknown): Promise<unknown>;
+  /** Kernel > Restart Kernel on a running kernel. */
+  restartKernel?(): Promise<void>;
   readonly hasNoKernel: boolean;
   readonly isReady: boolean;
   readonly isDisposed: boolean;
@@ -40,6 +44,10 @@ export interface IKernelHoldOptions {
   onRunWhilePaused: () => void;
   /** A cell was run during a pause or resume: it waits; tell the person it will run after. */
   onRunWaiting: () => void;
+  /** A kernel change or restart was refused (held): say why. */
+  onStartRefused?: (mode: HoldMode) => void;
+  /** The mode changed (e.g. to `free` once a resume is done: its notices are stale). */
+  onModeChanged?: (mode: HoldMode) => void;
 }
 
 /** The hold a workspace status calls for. */
@@ -73,6 +81,7 @@ export class KernelHold {
       return;
     }
     this._mode = mode;
+    this._options.onModeChanged?.(mode);
     if (mode !== 'busy') {
       const wake = this._waiters;
       this._waiters = [];
@@ -124,7 +133,28 @@ export class KernelHold {
     return this._resumeRequested ? 'busy' : holdModeOf(status);
   }
 
-  /** Wrap the context's `startKernel()` (once per context). */
+  /** The server refused a kernel start this page did not hold (it had not seen the pause). */
+  refusedByServer(): void {
+    this._options.onStartRefused?.('paused');
+  }
+
+  /**
+   * True (and the person is told why) when a kernel must not start now. For the paths that
+   * start a kernel at once rather than on a cell run: a kernel change or restart, a console.
+   */
+  refuse(): boolean {
+    if (this._mode === 'free') {
+      return false;
+    }
+    this._options.onStartRefused?.(this._mode);
+    return true;
+  }
+
+  /**
+   * Wrap the context's `startKernel()`, `changeKernel()` and `restartKernel()` (once per
+   * context). A change or restart while held does nothing: it would start a kernel (JupyterLab
+   * restarts a notebook without a kernel by `changeKernel({name: prevKernelName})`).
+   */
   attach(context: IHoldableContext): void {
     const marked = context as IHoldableContext & { [WRAPPED]?: boolean };
     if (marked[WRAPPED]) {
@@ -133,6 +163,26 @@ export class KernelHold {
     marked[WRAPPED] = true;
     const original = context.startKernel.bind(context);
     context.startKernel = () => this._startKernel(context, original);
+    if (typeof context.changeKernel === 'function') {
+      const change = context.changeKernel.bind(context);
+      // `{id}` joins a kernel that exists (how the notebooks follow the resumed kernels):
+      // that starts nothing, so it is never held.
+      // One the server refused because the workspace is paused was told in one line already
+      // (softenPausedRefusal): it must not end as an unhandled error as well.
+      context.changeKernel = (options?: unknown) =>
+        !joinsExisting(options) && this.refuse()
+          ? Promise.resolve(null)
+          : change(options).catch(error => {
+              if (isPausedRefusal((error as Error)?.message)) {
+                return null;
+              }
+              throw error;
+            });
+    }
+    if (typeof context.restartKernel === 'function') {
+      const restart = context.restartKernel.bind(context);
+      context.restartKernel = () => (this.refuse() ? Promise.resolve() : restart());
+    }
     shadowHasNoKernel(context, () => this._mode !== 'free');
   }
 
@@ -168,6 +218,19 @@ export class KernelHold {
   private _resumeRequested = false;
   private _options: IKernelHoldOptions;
   private _waiters: Array<() => void> = [];
+}
+
+/** The server's refusal of a kernel start (server/kernelguard.py answers 409 with it). */
+const PAUSED_REFUSAL = /workspace is (paused|pausing|resuming)|resume it first/i;
+
+/** Whether an error message is the server's "the workspace is paused" refusal. */
+export function isPausedRefusal(message: unknown): boolean {
+  return PAUSED_REFUSAL.test(String(message ?? ''));
+}
+
+/** Whether kernel-change options name a running kernel (`{id}`) rather than a kernel to start. */
+function joinsExisting(options: unknown): boolean {
+  return !!options && typeof options === 'object' && !!(options as { id?: unknown }).id;
 }
 
 /**

@@ -4,7 +4,7 @@
  * in Node.
  */
 
-import type { IReport, IReportVariable, IStatus } from './api';
+import type { IKernelReport, IReport, IReportVariable, IStatus } from './api';
 import { formatDuration, ITrans, secondsBetween } from './format';
 
 /** Total seconds from the resume request to a usable kernel. */
@@ -77,6 +77,63 @@ export function outcomeText(outcome: string | null | undefined, trans: ITrans): 
     default:
       return String(outcome ?? '?');
   }
+}
+
+/**
+ * What happened to one notebook's kernel, in the person's words. The mechanism (liveness
+ * token, pod snapshot) is the server's `reason`, shown under Details.
+ */
+export function kernelOutcomeText(
+  outcome: string | null | undefined,
+  trans: ITrans,
+  variables = -1
+): string {
+  switch (outcome) {
+    case 'live':
+      return trans.__('came back as it was');
+    case 'restored':
+      return variables === 0
+        ? trans.__('a new kernel (it had no variables to restore)')
+        : trans.__('its variables were restored into a new kernel');
+    case 'fresh':
+      return trans.__('started empty: there was no saved state');
+    case 'failed':
+      return trans.__('could not be brought back');
+    default:
+      return outcomeText(outcome, trans);
+  }
+}
+
+/**
+ * A kernel's name as a person knows it: a notebook's file name, a console as "Console 1"
+ * (JupyterLab names console sessions `console-<n>-<uuid>`).
+ */
+export function displayName(path: string | null | undefined, trans: ITrans): string {
+  if (!path) {
+    return trans.__('a kernel without a notebook');
+  }
+  const base = path.split('/').pop() || path;
+  const console = /^console-(\d+)-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$/i.exec(base);
+  return console ? trans.__('Console %1', console[1]) : base;
+}
+
+/**
+ * The report's kernels in reading order: the notebook the person is looking at first, then
+ * the rest (those with variables before those without, each by name), which the dialog folds.
+ * Without a current notebook in the report, the first of that order leads.
+ */
+export function orderKernels(
+  kernels: IKernelReport[] | undefined,
+  current: string | null | undefined
+): { first: IKernelReport[]; rest: IKernelReport[] } {
+  const all = [...(kernels ?? [])];
+  const weight = (k: IKernelReport) => ((k.variables ?? []).length > 0 ? 0 : 1);
+  all.sort(
+    (a, b) => weight(a) - weight(b) || String(a.path ?? '').localeCompare(String(b.path ?? ''))
+  );
+  const at = current ? all.findIndex(k => k.path === current) : -1;
+  const lead = at >= 0 ? at : 0;
+  return { first: all.slice(lead, lead + 1), rest: [...all.slice(0, lead), ...all.slice(lead + 1)] };
 }
 
 /** The notification text after a resume. */

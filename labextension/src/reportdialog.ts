@@ -4,7 +4,15 @@ import { Widget } from '@lumino/widgets';
 import type { IKernelReport, IReportVariable } from './api';
 import { PauseController } from './controller';
 import { formatBytes, formatDuration, formatTime, ITrans } from './format';
-import { durationRows, groupVariables, outcomeText, reportHeadline } from './report';
+import { canRestoreOffer, capitalise, IOffer, restartSentence } from './offers';
+import {
+  displayName,
+  durationRows,
+  groupVariables,
+  kernelOutcomeText,
+  orderKernels,
+  reportHeadline
+} from './report';
 
 function el<K extends keyof HTMLElementTagNameMap>(
   tag: K,
@@ -28,7 +36,9 @@ function el<K extends keyof HTMLElementTagNameMap>(
 export class PauseReportBody extends Widget {
   constructor(
     private _controller: PauseController,
-    private _trans: ITrans
+    private _trans: ITrans,
+    /** The path of the notebook the person is looking at (shown first), or null. */
+    private _current: () => string | null = () => null
   ) {
     super();
     this.addClass('jp-PauseReport');
@@ -42,6 +52,20 @@ export class PauseReportBody extends Widget {
   }
 
   private _results = new Map<string, string>();
+  /** Folds the person opened, kept across re-renders (a status event re-renders the body). */
+  private _open = new Set<string>();
+
+  private _fold(key: string, details: HTMLDetailsElement): HTMLDetailsElement {
+    details.open = this._open.has(key);
+    details.addEventListener('toggle', () => {
+      if (details.open) {
+        this._open.add(key);
+      } else {
+        this._open.delete(key);
+      }
+    });
+    return details;
+  }
   private _running = new Set<string>();
 
   private _render(): void {
@@ -66,6 +90,7 @@ export class PauseReportBody extends Widget {
     if (this._controller.error) {
       state.append(el('p', 'jp-PauseReport-reason', this._controller.error));
     }
+    this._renderOffers(state);
     if (status?.last_checkpoint) {
       const cp = status.last_checkpoint;
       state.append(
@@ -73,13 +98,13 @@ export class PauseReportBody extends Widget {
           'p',
           undefined,
           trans.__(
-            'Last checkpoint: %1, %2, %3.',
-            cp.id,
+            'Last checkpoint: %1, %2.',
             cp.created ? formatTime(cp.created) : '?',
             formatBytes(cp.bytes_total ?? null)
           )
         )
       );
+      state.append(this._fold('checkpoint', detailsOf(trans, [trans.__('Checkpoint id: %1', cp.id)])));
     }
     root.append(state);
 
@@ -95,8 +120,22 @@ export class PauseReportBody extends Widget {
     head.append(el('p', 'jp-PauseReport-headline', reportHeadline(report, trans)));
     root.append(head);
 
-    for (const kernel of report.kernels ?? []) {
+    // The notebook the person is looking at first; the others folded (names on demand).
+    const { first, rest } = orderKernels(report.kernels, this._current());
+    for (const kernel of first) {
       root.append(this._renderKernel(kernel));
+    }
+    if (rest.length) {
+      const others = el('details', 'jp-PauseReport-others');
+      others.append(
+        el(
+          'summary',
+          undefined,
+          trans._n('%1 other notebook or console', '%1 other notebooks and consoles', rest.length)
+        )
+      );
+      rest.forEach(kernel => others.append(this._renderKernel(kernel)));
+      root.append(this._fold('others', others));
     }
 
     // Timings: resume request -> kernel usable.
@@ -140,19 +179,90 @@ export class PauseReportBody extends Widget {
     }
   }
 
+  /** A dead or restarted kernel: what is gone, and the saved state with Restore / Dismiss. */
+  private _renderOffers(into: HTMLElement): void {
+    const trans = this._trans;
+    const status = this._controller.status;
+    const offers: IOffer[] = status?.offers ?? [];
+    const restarted = this._controller.restarts.filter(
+      r => !r.used && !offers.some(o => o.path === r.path)
+    );
+    for (const offer of offers) {
+      const block = el('div', 'jp-PauseReport-offer');
+      block.dataset.path = offer.path;
+      const sentence = capitalise(restartSentence(offer, null, trans));
+      block.append(el('p', undefined, `${displayName(offer.path, trans)}: ${sentence}`));
+      if (offer.used_since) {
+        block.append(
+          el(
+            'p',
+            'jp-PauseReport-meta',
+            trans.__('Cells were run since: restoring puts the saved variables over the current ones.')
+          )
+        );
+      }
+      if (canRestoreOffer(offer)) {
+        const restore = el('button', 'jp-mod-styled jp-mod-accept', trans.__('Restore'));
+        restore.disabled = this._running.has(`offer:${offer.path}`);
+        restore.addEventListener('click', () => void this._takeOffer(offer, true));
+        const dismiss = el('button', 'jp-mod-styled jp-mod-reject', trans.__('Dismiss'));
+        dismiss.addEventListener('click', () => void this._takeOffer(offer, false));
+        block.append(restore, dismiss);
+      }
+      const result = this._results.get(`offer:${offer.path}`);
+      if (result) {
+        block.append(el('p', 'jp-PauseReport-result', result));
+      }
+      into.append(block);
+    }
+    for (const r of restarted) {
+      const sentence = restartSentence(null, status?.last_checkpoint?.created ?? null, trans);
+      into.append(
+        el('p', 'jp-PauseReport-offer', `${displayName(r.path, trans)}: ${capitalise(sentence)}`)
+      );
+    }
+  }
+
+  private async _takeOffer(offer: IOffer, restore: boolean): Promise<void> {
+    const trans = this._trans;
+    const key = `offer:${offer.path}`;
+    this._running.add(key);
+    this._render();
+    try {
+      if (restore) {
+        const vars = await this._controller.restoreOffer(offer.path, offer.id);
+        this._results.set(key, trans._n('Restored %1 variable.', 'Restored %1 variables.', vars.length));
+      } else {
+        await this._controller.dismissOffer(offer.path);
+      }
+    } catch (error) {
+      this._results.set(key, trans.__('Not restored: %1', (error as Error).message));
+    }
+    this._running.delete(key);
+    if (!this.isDisposed) {
+      this._render();
+    }
+  }
+
   private _renderKernel(kernel: IKernelReport): HTMLElement {
     const trans = this._trans;
     const section = el('section', 'jp-PauseReport-kernel');
     const title = el('h4');
-    title.textContent = `${kernel.path || kernel.kernel_id || '?'}: ${outcomeText(kernel.outcome, trans)}`;
+    const count = (kernel.variables ?? []).length;
+    title.textContent = `${displayName(kernel.path, trans)}: ${kernelOutcomeText(kernel.outcome, trans, count)}`;
+    section.dataset.path = kernel.path ?? '';
     section.append(title);
-    if (kernel.reason) {
-      const failed = kernel.outcome === 'failed';
-      section.append(el('p', failed ? 'jp-PauseReport-reason' : 'jp-PauseReport-meta', kernel.reason));
+    if (kernel.reason && kernel.outcome === 'failed') {
+      section.append(el('p', 'jp-PauseReport-reason', kernel.reason));
     }
-    if (kernel.checkpoint_id && kernel.outcome === 'restored') {
-      section.append(el('p', 'jp-PauseReport-meta', trans.__('Checkpoint %1', kernel.checkpoint_id)));
-    }
+    // How it happened, ids and paths: on demand.
+    const facts = [
+      kernel.path ? trans.__('Path: %1', kernel.path) : '',
+      kernel.reason && kernel.outcome !== 'failed' ? trans.__('How: %1', kernel.reason) : '',
+      kernel.checkpoint_id ? trans.__('Checkpoint id: %1', kernel.checkpoint_id) : '',
+      kernel.kernel_id ? trans.__('Kernel id: %1', kernel.kernel_id) : ''
+    ];
+    section.append(this._fold(`kernel:${kernel.path ?? kernel.kernel_id}`, detailsOf(trans, facts)));
     // The server marks recomputed variables in its report (POST recompute updates it).
     const groups = groupVariables(kernel.variables ?? []);
     const list = (heading: string, vars: IReportVariable[], group: string) => {
@@ -220,10 +330,24 @@ export class PauseReportBody extends Widget {
   }
 }
 
-/** Open the details / report dialog. */
-export async function showReportDialog(controller: PauseController, trans: ITrans): Promise<void> {
+/** A folded "Details" block of the non-empty lines. */
+function detailsOf(trans: ITrans, facts: string[]): HTMLDetailsElement {
+  const details = el('details', 'jp-PauseReport-details');
+  details.append(el('summary', undefined, trans.__('Details')));
+  for (const fact of facts.filter(f => !!f)) {
+    details.append(el('p', 'jp-PauseReport-meta', fact));
+  }
+  return details;
+}
+
+/** Open the details / report dialog; `current`: the notebook the person is looking at. */
+export async function showReportDialog(
+  controller: PauseController,
+  trans: ITrans,
+  current: () => string | null = () => null
+): Promise<void> {
   void controller.refresh();
-  const body = new PauseReportBody(controller, trans);
+  const body = new PauseReportBody(controller, trans, current);
   try {
     await showDialog({
       title: trans.__('Pause and resume'),

@@ -4,7 +4,8 @@
  */
 
 import type { IStatus, IStep, WorkspaceState } from './api';
-import { formatAge, formatBytes, formatDuration, formatTime, ITrans } from './format';
+import { formatAge, formatBytes, formatClock, formatDuration, formatTime, ITrans } from './format';
+import { capitalise, IRestart, offerFor, restartSentence } from './offers';
 import { reportTotalSeconds } from './report';
 
 export type Severity = 'idle' | 'busy' | 'ok' | 'warn' | 'error';
@@ -35,6 +36,18 @@ export function isPausing(status: IStatus | null): boolean {
 /** True while a resume is in progress. */
 export function isResuming(status: IStatus | null): boolean {
   return !!status && RESUME_FLIGHT.has(status.state);
+}
+
+/** Whether the server reports an accelerator (a GPU) for this workspace. */
+export function hasAccelerator(status: IStatus | null): boolean {
+  return (status?.accelerator?.count ?? 0) > 0;
+}
+
+/** What a pause frees, in the words of this machine: an accelerator only when there is one. */
+export function freedText(status: IStatus | null, trans: ITrans): string {
+  return hasAccelerator(status)
+    ? trans.__('the kernels are stopped and the accelerator is free')
+    : trans.__('the kernels are stopped and their memory is released');
 }
 
 /** True while a pause or a resume is in progress (the UI polls faster then). */
@@ -69,7 +82,11 @@ export function stepProgress(
   return { fraction, text };
 }
 
-/** One line per offered checkpoint: "a.ipynb: checkpoint X (5 minutes old)". */
+/**
+ * One line per offered checkpoint: "a.ipynb: the checkpoint of 10:42". Named by its time of
+ * day, which reads the same everywhere and at any moment; an age ("5 minutes old") would
+ * differ from the one the server's message froze when it was written.
+ */
 export function describeOffer(status: IStatus | null, trans: ITrans): string {
   const from = status?.resume_from;
   if (!from || !from.offered || !from.checkpoints.length) {
@@ -77,12 +94,13 @@ export function describeOffer(status: IStatus | null, trans: ITrans): string {
   }
   return from.checkpoints
     .map(c =>
-      trans.__(
-        '%1: checkpoint %2 (%3 old)',
-        c.path || trans.__('a kernel'),
-        c.checkpoint_id || '?',
-        formatAge(c.age_s, trans)
-      )
+      c.created
+        ? trans.__('%1: the checkpoint of %2', c.path || trans.__('a kernel'), formatClock(c.created))
+        : trans.__(
+            '%1: a checkpoint %2 old',
+            c.path || trans.__('a kernel'),
+            formatAge(c.age_s, trans)
+          )
     )
     .join('; ');
 }
@@ -206,10 +224,7 @@ const FLIGHT_TEXTS: { [state: string]: FlightText } = {
     t.__('Snapshotting'),
     t.__('The platform is taking a snapshot of the workspace.')
   ],
-  releasing: t => [
-    t.__('Releasing accelerator'),
-    t.__('Stopping the kernels to free the accelerator.')
-  ],
+  releasing: t => [t.__('Stopping kernels'), t.__('Stopping the kernels to free their memory.')],
   resuming: t => [t.__('Resuming…'), t.__('Bringing the compute back.')],
   verifying: t => [
     t.__('Verifying kernels'),
@@ -220,29 +235,47 @@ const FLIGHT_TEXTS: { [state: string]: FlightText } = {
 
 const flight = (c: IContext) => inFlight(c, ...FLIGHT_TEXTS[c.status.state](c.trans));
 
+/** Releasing, in this machine's words: the accelerator only when the server has one. */
+function releasing(c: IContext): IStatusView {
+  if (!hasAccelerator(c.status)) {
+    return flight(c);
+  }
+  const { trans } = c;
+  return inFlight(
+    c,
+    trans.__('Releasing accelerator'),
+    trans.__('Stopping the kernels to free the accelerator.')
+  );
+}
+
+function running(c: IContext): IStatusView {
+  const { trans } = c;
+  const sentence = hasAccelerator(c.status)
+    ? trans.__(
+        'The kernels are running. Pause saves the state of each kernel, then stops the kernels to free the accelerator.'
+      )
+    : trans.__(
+        'The kernels are running. Pause saves the state of each kernel, then stops the kernels to free their memory.'
+      );
+  return settled(c, trans.__('Workspace running'), sentence, 'idle');
+}
+
 /** The view of each server state. */
 const STATE_VIEWS: { [S in WorkspaceState]: (c: IContext) => IStatusView } = {
-  running: c =>
-    settled(
-      c,
-      c.trans.__('Workspace running'),
-      c.trans.__(
-        'The kernels are running. Pause writes a checkpoint of each kernel and frees the accelerator.'
-      ),
-      'idle'
-    ),
+  running,
   paused: c =>
     settled(
       c,
       c.trans.__('Paused'),
       c.trans.__(
-        'Paused: the accelerator is free. Resume brings the kernels back, live or from the checkpoint.'
+        'Paused: %1. Resume brings the kernels back, live or from the saved state.',
+        freedText(c.status, c.trans)
       ),
       'warn'
     ),
   checkpointing: flight,
   snapshotting: flight,
-  releasing: flight,
+  releasing,
   resuming: flight,
   waiting_for_capacity: waiting,
   verifying: flight,
@@ -251,11 +284,46 @@ const STATE_VIEWS: { [S in WorkspaceState]: (c: IContext) => IStatusView } = {
   failed
 };
 
+/**
+ * After a kernel restart or death the kernel is empty, whatever the last resume restored:
+ * say so, with what can bring its state back. Once a cell ran in the new kernel, the workspace
+ * is simply running. Null when no restart applies.
+ */
+function restartedView(c: IContext, restarts: IRestart[]): IStatusView | null {
+  const { status, trans } = c;
+  if (status.state !== 'ready' && status.state !== 'running') {
+    return null;
+  }
+  const fresh = restarts.filter(r => !r.used);
+  const died = (status.offers ?? []).filter(o => !fresh.some(r => r.path === o.path));
+  if (!fresh.length && !died.length) {
+    return restarts.length ? running(c) : null;
+  }
+  const checkpointAt = status.last_checkpoint?.created ?? null;
+  const items = [
+    ...fresh.map(r => ({ path: r.path, offer: offerFor(status, r.path) })),
+    ...died.map(o => ({ path: o.path, offer: o }))
+  ];
+  const sentences = items.map(
+    i => `${i.path}: ${restartSentence(i.offer, i.offer ? null : checkpointAt, trans)}`
+  );
+  const anyDied = items.some(i => i.offer?.cause === 'kernel_died');
+  const label = anyDied ? trans.__('Kernel died: state gone') : trans.__('Kernel restarted: state gone');
+  return view(c, label, lines(...sentences, trans.__('Click for details.')), 'warn');
+}
+
+/** The first sentence for one notebook after its kernel restarted (capitalised). */
+export function restartLine(status: IStatus | null, path: string, trans: ITrans): string {
+  const offer = offerFor(status, path);
+  return capitalise(restartSentence(offer, offer ? null : (status?.last_checkpoint?.created ?? null), trans));
+}
+
 /** The status bar view of a status (or of a failure to read it). */
 export function describeStatus(
   status: IStatus | null,
   error: string | null,
-  trans: ITrans
+  trans: ITrans,
+  restarts: IRestart[] = []
 ): IStatusView {
   if (error) {
     return {
@@ -282,5 +350,28 @@ export function describeStatus(
     const label = String(status.state);
     return { state: 'unknown', label, tooltip: message, severity: 'idle', progress: fraction };
   }
-  return STATE_VIEWS[status.state]({ status, trans, fraction, text, message });
+  const c = { status, trans, fraction, text, message };
+  return restartedView(c, restarts) ?? STATE_VIEWS[status.state](c);
+}
+
+/**
+ * The label for Notebook 7's header, next to its "Last Checkpoint: 2 minutes ago" (the file
+ * save): the same states, without the word "checkpoint" and with progress in percent.
+ */
+export function headerLabel(view: IStatusView, status: IStatus | null, trans: ITrans): string {
+  const percent = view.progress !== null ? Math.round(view.progress * 100) : null;
+  switch (view.state) {
+    case 'checkpointing':
+      return percent !== null ? trans.__('Saving state %1%', percent) : trans.__('Saving state');
+    case 'restoring':
+      return percent !== null
+        ? trans.__('Restoring state %1%', percent)
+        : trans.__('Restoring state');
+    case 'ready':
+      return view.label === trans.__('Restored from checkpoint')
+        ? trans.__('State restored')
+        : view.label;
+    default:
+      return view.label;
+  }
 }

@@ -2,6 +2,7 @@ import { Widget } from '@lumino/widgets';
 
 import { PauseController } from './controller';
 import { ITrans } from './format';
+import { headerLabel } from './status';
 
 /**
  * Status bar item: always shows the workspace state. Focusable; Enter, Space or a click
@@ -11,10 +12,15 @@ export class PauseStatusItem extends Widget {
   constructor(
     private _controller: PauseController,
     private _trans: ITrans,
-    private _openDetails: () => void
+    private _openDetails: () => void,
+    /** In Notebook 7's header (no status bar): labels that do not say "checkpoint". */
+    private _header = false
   ) {
     super();
     this.addClass('jp-PauseStatus');
+    if (_header) {
+      this.addClass('jp-PauseStatus-header');
+    }
     const node = this.node;
     node.tabIndex = 0;
     node.setAttribute('role', 'button');
@@ -60,11 +66,14 @@ export class PauseStatusItem extends Widget {
     const node = this.node;
     node.dataset.state = view.state;
     node.dataset.severity = view.severity;
-    this._text.textContent = view.label;
+    const label = this._header
+      ? headerLabel(view, this._controller.status, this._trans)
+      : view.label;
+    this._text.textContent = label;
     node.title = view.tooltip;
     node.setAttribute(
       'aria-label',
-      this._trans.__('Pause and resume: %1. Press Enter for details.', view.label)
+      this._trans.__('Pause and resume: %1. Press Enter for details.', label)
     );
     if (view.progress !== null) {
       this._bar.style.display = '';

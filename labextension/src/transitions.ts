@@ -13,6 +13,8 @@ import { IFlightRequest, IStatusChange, PauseController } from './controller';
 import { ITrans } from './format';
 import { holdModeOf, KernelHold } from './kernelhold';
 import { hasNewReport, isIncomplete, reportHeadline } from './report';
+import { canRestoreOffer, capitalise, fileName, restartSentence } from './offers';
+import { freedText } from './status';
 
 /** States after which the server has stopped or started kernels. */
 const SETTLED: ReadonlySet<string> = new Set(['paused', 'ready', 'running', 'failed']);
@@ -26,6 +28,15 @@ export class StateFollower implements IDisposable {
     this._showReport = options.showReport;
     this._controller.statusRead.connect(this._onRead, this);
     this._controller.requested.connect(this._onRequest, this);
+    this._controller.changed.connect(this._onChanged, this);
+  }
+
+  /** A kernel restarted since the resume: "Resumed: restored …" no longer says how it is. */
+  private _onChanged(): void {
+    if (this._reportNote && this._controller.restarts.some(r => !r.used)) {
+      Notification.dismiss(this._reportNote);
+      this._reportNote = null;
+    }
   }
 
   get isDisposed(): boolean {
@@ -59,6 +70,60 @@ export class StateFollower implements IDisposable {
     this._followHold(current, synced);
     this._announceFailure(previous, current);
     this._announceReport(current, synced);
+    this._announceOffers(current);
+  }
+
+  /**
+   * A kernel that died (or a server that was killed) and the saved state the server offers
+   * back: one notification per offer, with Restore when there is something to restore.
+   */
+  private _announceOffers(current: IStatus): void {
+    const offers = current.offers ?? [];
+    const live = new Set(offers.map(o => o.id));
+    for (const [id, note] of this._offerNotes) {
+      if (!live.has(id)) {
+        Notification.dismiss(note); // restored, dismissed or superseded (maybe in another tab)
+        this._offerNotes.delete(id);
+      }
+    }
+    const trans = this._trans;
+    for (const offer of offers) {
+      if (this._offerNotes.has(offer.id)) {
+        continue;
+      }
+      const message = `${fileName(offer.path)}: ${capitalise(restartSentence(offer, null, trans))}`;
+      const actions: Notification.IAction[] = [];
+      if (canRestoreOffer(offer)) {
+        actions.push({
+          label: trans.__('Restore'),
+          callback: () =>
+            void this._controller
+              .restoreOffer(offer.path, offer.id)
+              .then(vars =>
+                Notification.success(
+                  trans._n(
+                    '%2: restored %1 variable.',
+                    '%2: restored %1 variables.',
+                    vars.length,
+                    fileName(offer.path)
+                  ),
+                  { autoClose: 8000 }
+                )
+              )
+              .catch(error =>
+                Notification.error(
+                  trans.__('%1 was not restored: %2', fileName(offer.path), (error as Error).message),
+                  { autoClose: 10000 }
+                )
+              )
+        });
+        actions.push({
+          label: trans.__('Dismiss'),
+          callback: () => void this._controller.dismissOffer(offer.path).catch(() => undefined)
+        });
+      }
+      this._offerNotes.set(offer.id, Notification.warning(message, { actions, autoClose: false }));
+    }
   }
 
   /** On a state change: reconnect notebooks and say "Paused". Resolves once reconnected. */
@@ -82,7 +147,8 @@ export class StateFollower implements IDisposable {
     if (current.state === 'paused') {
       this._pausedNote = Notification.info(
         this._trans.__(
-          'Paused: the checkpoint is written and the accelerator is free. Resume when you are ready.'
+          'Paused: the checkpoint is written; %1. Resume when you are ready.',
+          freedText(current, this._trans)
         ),
         { autoClose: 6000 }
       );
@@ -143,11 +209,9 @@ export class StateFollower implements IDisposable {
     const headline = reportHeadline(report, this._trans);
     const incomplete = isIncomplete(report);
     void synced.then(() => {
-      if (incomplete) {
-        Notification.warning(headline, { actions, autoClose: false });
-      } else {
-        Notification.success(headline, { actions, autoClose: 15000 });
-      }
+      this._reportNote = incomplete
+        ? Notification.warning(headline, { actions, autoClose: false })
+        : Notification.success(headline, { actions, autoClose: 15000 });
     });
   }
 
@@ -160,6 +224,10 @@ export class StateFollower implements IDisposable {
   private _seenReport: string | null | undefined = undefined;
   private _notifiedFailure: string | null = null;
   private _pausedNote: string | null = null;
+  /** The last resume's notification, while it may be up. */
+  private _reportNote: string | null = null;
+  /** Offer id -> its notification. */
+  private _offerNotes = new Map<string, string>();
   private _isDisposed = false;
 }
 

@@ -56,7 +56,7 @@ def browser():
 
 @pytest.fixture
 def page(browser, request):
-    """A fresh page; JavaScript errors on the page fail the test."""
+    """A fresh page; JavaScript errors on the page fail the test (but IGNORED_PAGE_ERRORS)."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     pg = context.new_page()
     errors: list[str] = []
@@ -66,6 +66,8 @@ def page(browser, request):
     if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
         shot(pg, f"FAILED-{request.node.name}")
     context.close()
+    # A test module may name an upstream error that every page load throws (IGNORED_PAGE_ERRORS).
+    errors = [e for e in errors if e not in getattr(request.module, "IGNORED_PAGE_ERRORS", ())]
     assert not errors, f"JavaScript errors on the page: {errors}"
 
 

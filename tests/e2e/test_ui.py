@@ -276,9 +276,11 @@ def test_failed_pause_unwritable_store(lab_factory, page, tmp_path) -> None:
     expect()(cell_output(panel, 1)).to_contain_text("42", timeout=60_000)
 
 
-def test_commands_menu_checkpoint_and_restore(lab: LabServer, page) -> None:
+def test_commands_menu_checkpoint_and_restore(lab_factory, page) -> None:
     """Kernel menu > Pause and Resume; Checkpoint Now and Restore from Checkpoint run the
-    magics in the current kernel and report in a notification."""
+    magics in the current kernel and report in a notification. Autosave is off here: %restore
+    loads the newest checkpoint, which would otherwise be the autosave after `z = 2`."""
+    lab = lab_factory("--PauseApp.autosave=False")
     lab.write_notebook("cmds.ipynb", "", "", "")
     panel = open_notebook(page, lab, "cmds.ipynb")
     run_cell(page, panel, 0, "z = 1\nprint('z is', z)")

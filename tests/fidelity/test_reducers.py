@@ -218,6 +218,55 @@ def test_free_locks_and_what_is_built_on_them_come_back_held_ones_stay_stale() -
             dump_group({"x": obj})
 
 
+@covers("weakref.ReferenceType", "weakref.ProxyType", "weakref.CallableProxyType",
+        "weakref.WeakValueDictionary", "weakref.WeakKeyDictionary", "_weakrefset.WeakSet",
+        "weakref.finalize")
+def test_weak_links_point_at_the_objects_restored_with_them() -> None:
+    import weakref
+
+    class Box:
+        def get(self) -> str:
+            return "got"
+
+    a, b = Box(), Box()
+    ns = {"items": [a, b], "r": weakref.ref(a), "m": weakref.WeakMethod(a.get),
+          "p": weakref.proxy(b), "cp": weakref.proxy(a.get.__func__),
+          "vd": weakref.WeakValueDictionary({"a": a}), "kd": weakref.WeakKeyDictionary({b: 1}),
+          "ws": weakref.WeakSet([a, b]), "fin": weakref.finalize(b, print, "bye"),
+          "f": Box.get}
+    got = roundtrip(ns)
+    ns["fin"].detach()
+    ra, rb = got["items"]
+    assert got["r"]() is ra and got["m"]().__self__ is ra and got["p"].get() == "got"
+    assert got["cp"](ra) == "got" and got["vd"]["a"] is ra and got["kd"][rb] == 1
+    assert set(got["ws"]) == {ra, rb} and got["fin"].peek()[0] is rb
+    got["fin"].detach()
+    assert not take_load_notes()
+
+
+@covers("torch.utils.hooks.RemovableHandle",
+        "torch.utils.data.dataloader._SingleProcessDataLoaderIter",
+        "torch.utils.data.dataloader._MultiProcessingDataLoaderIter")
+def test_hook_handles_and_dataloader_iterators() -> None:
+    torch = pytest.importorskip("torch")
+    from jupyter_pause.checkpoint.pickling import SkipVariable
+
+    m = torch.nn.Linear(1, 1)
+    loader = torch.utils.data.DataLoader(list(range(6)), batch_size=2)
+    it = iter(loader)
+    next(it)
+    got = roundtrip({"m": m, "h": m.register_forward_hook(print), "it": it})
+    got["h"].remove()
+    assert not got["m"]._forward_hooks
+    assert [b.tolist() for b in got["it"]] == [[2, 3], [4, 5]]
+    multi = iter(torch.utils.data.DataLoader(list(range(4)), num_workers=1))
+    try:
+        with pytest.raises(SkipVariable, match="num_workers=1"):
+            dump_group({"it": multi})
+    finally:
+        multi._shutdown_workers()
+
+
 def test_every_registry_entry_has_a_test() -> None:
     assert set(reducers.registered()) == TESTED
 

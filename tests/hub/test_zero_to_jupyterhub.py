@@ -67,9 +67,38 @@ def spawner_config(v: dict[str, Any]) -> Config:
                       for k, f in files.items()]}})
         ks.volume_mounts.extend({"mountPath": f["mountPath"], "subPath": k, "name": "files"}
                                 for k, f in files.items())
+    if su.get("serviceAccountName"):
+        ks.service_account = su["serviceAccountName"]
+    cloud_metadata = su.get("cloudMetadata") or {}
+    if cloud_metadata.get("blockWithIptables") is True:
+        # the chart's privileged init container that drops the pod's traffic to the metadata
+        # server (jupyterhub_config.py, `cloud_metadata.get("blockWithIptables") == True`)
+        ks.init_containers = [{
+            "name": "block-cloud-metadata", "image": "quay.io/jupyterhub/k8s-network-tools",
+            "command": ["iptables", "-A", "OUTPUT", "-d",
+                        cloud_metadata.get("ip", "169.254.169.254"), "-j", "DROP"],
+            "securityContext": {"privileged": True, "runAsUser": 0,
+                                "capabilities": {"add": ["NET_ADMIN"]}}}]
     for cls, settings in (v.get("hub", {}).get("config") or {}).items():
         c[cls].update(settings)
     return c
+
+
+# The chart's own defaults that decide whether a pod reaches the metadata server
+# (zero-to-jupyterhub-k8s jupyterhub/values.yaml).
+CHART_DEFAULTS = {"singleuser": {
+    "cloudMetadata": {"blockWithIptables": True, "ip": "169.254.169.254"},
+    "networkPolicy": {"enabled": True, "egressAllowRules": {"cloudMetadataServer": False}}}}
+
+
+def merged(*layers: dict[str, Any]) -> dict[str, Any]:
+    """helm's values: maps merged key by key, the later file winning."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for k, val in layer.items():
+            out[k] = merged(out[k], val) if isinstance(val, dict) and isinstance(
+                out.get(k), dict) else val
+    return out
 
 
 def render(v: dict[str, Any], tmp_path: Path,
@@ -163,3 +192,29 @@ def test_the_example_renders_a_pod_that_keeps_the_state_and_the_time(
     assert container["image"] == "registry.example.com/jupyter-pause-singleuser:1"
     assert "pip install --no-cache-dir jupyter-pause" in (EXAMPLE / "Dockerfile").read_text()
     assert v["cull"]["enabled"] is True
+
+
+def test_a_gcs_store_gets_workload_identity_credentials(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chart blocks the metadata server for user pods by default, where GKE Workload
+    Identity hands out credentials: the gs:// layer must open both blocks and run the pod as the
+    account the bucket is granted to; the home-volume example keeps the chart's block."""
+    _, pod, _ = render(merged(CHART_DEFAULTS, values()), tmp_path, monkeypatch)
+    assert [c["name"] for c in pod["spec"].get("initContainers") or []] == [
+        "block-cloud-metadata"]
+    gcs = yaml.safe_load((EXAMPLE / "config-gcs.yaml").read_text())
+    v = merged(CHART_DEFAULTS, values(), gcs)
+    su = v["singleuser"]
+    assert su["networkPolicy"]["egressAllowRules"]["cloudMetadataServer"] is True
+    _, pod, _ = render(v, tmp_path, monkeypatch)
+    assert not pod["spec"].get("initContainers")
+    assert pod["spec"]["serviceAccountName"] == su["serviceAccountName"]
+    [container] = [c for c in pod["spec"]["containers"] if c["name"] == "notebook"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["JUPYTER_PAUSE_STORE"] == f"gs://my-bucket/checkpoints/{USER}"
+    cfg = server_config(v["singleuser"]["extraFiles"]["jupyter-pause-config"]["stringData"],
+                        {k: val for k, val in env.items() if val}, tmp_path)
+    pause = PauseApp(config=cfg)
+    assert pause.store_url == env["JUPYTER_PAUSE_STORE"]
+    assert pause.key_path.startswith(v["singleuser"]["storage"]["homeMountPath"] + "/")
+    assert "gcsfs" in (EXAMPLE / "Dockerfile").read_text()

@@ -118,6 +118,8 @@ def kernel_env(tmp_path: Path) -> dict[str, str]:
     env["JUPYTER_RUNTIME_DIR"] = str(tmp_path / "runtime")
     env["JPY_SESSION_NAME"] = "analysis.ipynb"
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    # Autosave off unless a test asks for it: the other tests count the store's checkpoints.
+    env["JUPYTER_PAUSE_AUTOSAVE"] = '{"enabled": false}'
     for var in (
         "JUPYTER_PAUSE_STORE_URL",
         "JUPYTER_PAUSE_KEY_PATH",

@@ -22,7 +22,7 @@ def test_bridge_checkpoint_liveness_restore_recompute(kernel_factory, tmp_path):
     store = str(tmp_path / "server-store")
     key = str(tmp_path / "server.key")
 
-    before = k.eval(STATE)
+    before = at_checkpoint = k.eval(STATE)
     progress: list = []
     res = bridge(
         k,
@@ -74,8 +74,11 @@ def test_bridge_checkpoint_liveness_restore_recompute(kernel_factory, tmp_path):
         "numpy",
     )
     after = k.eval(STATE)
-    assert set(after[0]) - set(before[0]) == {"data", "label", "np"}
-    assert after[1:] == before[1:]
+    # the variables, the modules, and IPython's input history come back (process state)
+    assert set(after[0]) - set(before[0]) == {"data", "label", "np", "_i1", "_i2", "_i3"}
+    # the next cell is numbered on from the checkpointed kernel, not from [1]
+    assert after[1:] == at_checkpoint[1:] == (4, 4)
+    assert res["process_state"], res  # reported apart from the variables
     restored = bridge(k, "liveness")
     assert (
         restored["token"] is None and restored["restored"]["checkpoint_id"] == res["checkpoint_id"]
@@ -92,7 +95,7 @@ def test_bridge_checkpoint_liveness_restore_recompute(kernel_factory, tmp_path):
     rows = {v["name"]: v for v in bridge(k, "liveness")["restored"]["variables"]}
     assert rows["squares"]["status"] == "recomputed" and rows["data"]["status"] == "restored"
     assert k.eval("list(squares)") == [0, 1, 4, 9, 16]
-    assert k.eval(STATE)[1:] == before[1:]
+    assert k.eval(STATE)[1:] == after[1:]  # a recompute is not a cell of the person's
 
 
 def test_bridge_errors_are_one_line(kernel_factory, tmp_path):

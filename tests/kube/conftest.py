@@ -116,6 +116,12 @@ def workspace(name: str, kind: str = "jupyterlab-pause", annotations: dict | Non
 KubeflowSim = SimCluster
 
 
+@pytest.fixture
+def kfsim(sim):
+    """The same simulated cluster, for the tests that ask for Kubeflow by name."""
+    return sim
+
+
 def kubeconfig(tmp_path, url: str) -> str:
     """A kubeconfig for the test API server, with a bearer token the server accepts."""
     path = tmp_path / "kubeconfig"

@@ -27,7 +27,15 @@ Kubeflow Notebooks v2 and the GKE Workspaces add-on are played as the real contr
   podConfig, then the Workspace's opt-in, then the WorkspaceKind's;
 - its pod webhook (webhook.go mutatePod, on Pod CREATE) adds the readiness gate
   podsnapshot.gke.kubeflow.org/active once, and `podsnapshot.gke.io/ps-name` from the Workspace's
-  last-checkpoint-name, to the pods of the Workspaces it manages.
+  last-checkpoint-name, to the pods of the Workspaces it manages; the add-on sets that condition
+  True while the pod is active and False at once when a pause begins, and the kubelet keeps the pod
+  out of Ready until it is True (`readiness`); its trigger follows `gkw_settle_s` (3 s) later;
+- a StatefulSet re-creates a Succeeded or Failed pod (stateful_set_control.go processReplica);
+- a ps-name that names no snapshot starts cold and is recorded in `pinned_missing`: GKE's own
+  handling of it is not documented.
+Not modelled: the add-on's Workspace webhook runs in the reconcile loop, not at admission (a test
+that needs the admission answer patches the test server, test_kubeflow_gke_workspaces.py), and
+the StatefulSet is named `ws-<name>` where Kubeflow uses generateName.
 """
 
 from __future__ import annotations
@@ -104,6 +112,11 @@ def _image(pod: dict) -> str:
     return ((pod.get("spec") or {}).get("containers") or [{}])[0].get("image", "")
 
 
+def has_gate(pod: dict) -> bool:
+    return any(g.get("conditionType") == GKW + "active"
+               for g in (pod.get("spec") or {}).get("readinessGates") or [])
+
+
 def selector_match(sel: dict, labels: dict) -> bool:
     return all(labels.get(k) == v for k, v in ((sel or {}).get("matchLabels") or {}).items())
 
@@ -168,6 +181,9 @@ class SimCluster:
         self._pending_restored: dict[str, tuple[float, dict]] = {}
         self.snapshots_created = 0
         self.restores: list[tuple[str, str]] = []  # (pod, snapshot) restored live
+        self.pinned_missing: list[str] = []  # pods started with a ps-name of no Ready snapshot
+        self.gkw_settle_s = 3.0  # the add-on's wait between holding a pause and its trigger
+        self._gkw_settle: dict[str, float] = {}
         self.log: list[str] = []
         self.errors: list[str] = []
         self._lock = threading.Lock()
@@ -246,6 +262,7 @@ class SimCluster:
         self.statefulset_controller()
         pods = self.pods()
         self.kubelet(pods)
+        self.readiness(self.pods())
         self.scheduler(pods)
         self.snapshot_agent()
 
@@ -269,7 +286,9 @@ class SimCluster:
                 tmpl = copy.deepcopy(ws.get("metadata", {}).get("annotations", {}).get(
                     SIM + "pod-template") or "{}")
                 tmpl = json.loads(tmpl) if isinstance(tmpl, str) else tmpl
-                spec = tmpl or {"containers": [{"name": "jupyterlab", "image": "jupyter:1",
+                # generateStatefulSet names its one container "main"
+                # (workspacePodTemplateContainerName)
+                spec = tmpl or {"containers": [{"name": "main", "image": "jupyter:1",
                                                 "resources": {"limits": {GPU: "1"}}}]}
                 # generateStatefulSet: the pod runs as the Workspace's own ServiceAccount
                 spec.setdefault("serviceAccountName", ws_service_account(name))
@@ -332,26 +351,30 @@ class SimCluster:
         except ApiException as e:
             if e.status != 409:
                 raise
+        pod = next((p for p in self.pods() if p["metadata"]["name"] == f"ws-{name}-0"), None)
         if paused and running and state not in ("Checkpointing", "Ready"):
-            # the webhook: hold the pod, start checkpointing
+            # the webhook: hold the pod, start checkpointing, and take the pod out of the
+            # Service at once (readiness condition active=False); the trigger comes after the
+            # settle (reconcile.go waits ~3 s for the pod to drain first)
             patch({"spec": {"paused": False}, "metadata": {"annotations": {
                 GKW + "checkpoint-state": "Checkpointing",
                 GKW + "checkpoint-started-at": now_iso()}}})
-            for plural, body in ((
-                    "podsnapshotmanualtriggers", {
-                        "apiVersion": f"{G}/{V}", "kind": "PodSnapshotManualTrigger",
-                        "metadata": {"name": f"ws-{name}-trigger"},
-                        "spec": {"targetPod": f"ws-{name}-0"}}),):
-                try:
-                    self.custom.create_namespaced_custom_object(G, V, self.ns, plural, body)
-                except ApiException as e:
-                    if e.status != 409:
-                        raise
+            self._gkw_settle[name] = time.monotonic() + self.gkw_settle_s
+            self._set_active(pod, "False", "Checkpointing")
             return True
+        if state is None and running and pod is not None and (
+                cond(pod, "ContainersReady") or {}).get("status") == "True":
+            # reconcileActive (inferred: the add-on is what makes its readiness gate True):
+            # a running Workspace with no checkpoint in flight is in the Service
+            self._set_active(pod, "True", "Active")
         if state == "Ready" and not paused:  # resume: the webhook marks it Restoring
             patch({"metadata": {"annotations": {GKW + "checkpoint-state": "Restoring"}}})
             return False
-        if state == "Restoring" and running:
+        if state == "Restoring" and running and pod is not None and (
+                cond(pod, "ContainersReady") or {}).get("status") == "True":
+            # reconcileActive: only a pod that is ready (apart from the add-on's own gate)
+            # ends the restore; a crashing restore keeps the Workspace pinned to the snapshot
+            self._set_active(pod, "True", "Restored")
             # the reconciler: snapshots are single-use; clear the state
             trig = f"ws-{name}-trigger"
             for s in self.cr("podsnapshots"):
@@ -363,6 +386,20 @@ class SimCluster:
                                                 GKW + "checkpoint-started-at": None}}})
             return False
         if state == "Checkpointing":
+            due = self._gkw_settle.get(name)
+            if due is not None:
+                if time.monotonic() < due:
+                    return True
+                del self._gkw_settle[name]
+                try:
+                    self.custom.create_namespaced_custom_object(
+                        G, V, self.ns, "podsnapshotmanualtriggers", {
+                            "apiVersion": f"{G}/{V}", "kind": "PodSnapshotManualTrigger",
+                            "metadata": {"name": f"ws-{name}-trigger"},
+                            "spec": {"targetPod": f"ws-{name}-0"}})
+                except ApiException as e:
+                    if e.status != 409:
+                        raise
             try:
                 trig = self.custom.get_namespaced_custom_object(
                     G, V, self.ns, "podsnapshotmanualtriggers", f"ws-{name}-trigger")
@@ -375,8 +412,40 @@ class SimCluster:
             if ready:  # no branch for a failed trigger: the add-on's known gap
                 patch({"spec": {"paused": True}, "metadata": {"annotations": {
                     GKW + "checkpoint-state": "Ready", GKW + "last-checkpoint-name": snap}}})
+                # the Workspace controller acts on paused=true at once (this very step), so
+                # the StatefulSet is scaled to 0 before it could re-create the stopped pod
+                ws.setdefault("spec", {})["paused"] = True
+                return False
             return True
         return False
+
+    def _set_active(self, pod: dict | None, status: str, reason: str) -> None:
+        """The add-on's pod readiness condition (snapshot.go ReadinessGateConditionType)."""
+        if pod is None or not has_gate(pod):
+            return
+        c = cond(pod, GKW + "active")
+        if c is None or c.get("status") != status:
+            self.patch_pod_status(pod["metadata"]["name"], {"conditions": set_cond(
+                (pod.get("status") or {}).get("conditions") or [],
+                mkcond(GKW + "active", status, reason))})
+
+    def readiness(self, pods: list[dict]) -> None:
+        """The kubelet's Ready: containers ready and every readiness gate's condition True
+        (pkg/kubelet/status/generate.go GeneratePodReadyCondition); a pod that is not Ready is
+        left out of its Service's endpoints."""
+        for p in pods:
+            st = p.get("status") or {}
+            if st.get("phase") != "Running" or not (p.get("spec") or {}).get("readinessGates"):
+                continue
+            containers = cond(p, "ContainersReady")
+            want = "True" if containers and containers.get("status") == "True" and all(
+                (cond(p, g["conditionType"]) or {}).get("status") == "True"
+                for g in p["spec"]["readinessGates"]) else "False"
+            ready = cond(p, "Ready")
+            if ready is None or ready.get("status") != want:
+                reason = "" if want == "True" else "ReadinessGatesNotReady"
+                self.patch_pod_status(p["metadata"]["name"], {"conditions": set_cond(
+                    st.get("conditions") or [], mkcond("Ready", want, reason))})
 
     def addon_manages(self, ws: dict) -> bool:
         """The add-on's snapshotEnabled (cache.go), the kind read live as its cache would."""
@@ -453,6 +522,13 @@ class SimCluster:
             elif replicas == 0 and existing:
                 self.delete_pod(pod_name)
                 self.log.append(f"sts deleted {pod_name}")
+            elif existing and (existing[0].get("status") or {}).get("phase") in (
+                    "Succeeded", "Failed") and not existing[0]["metadata"].get(
+                    "deletionTimestamp"):
+                # stateful_set_control.go processReplica: a Failed or Succeeded pod is deleted
+                # and re-created (RecreatingTerminatedPod), whatever stopped it
+                self.delete_pod(pod_name)
+                self.log.append(f"sts re-creating terminated {pod_name}")
 
     def scheduler(self, pods: list[dict]) -> None:
         used: dict[str, int] = {}
@@ -585,6 +661,8 @@ class SimCluster:
                               f"{self.ns}/{name}")
             for ctype in ("Initialized", "ContainersReady", "Ready"):
                 conds = set_cond(conds, mkcond(ctype, "True"))
+            if spec.get("readinessGates"):  # Ready waits for the gates (readiness())
+                conds = set_cond(conds, mkcond("Ready", "False", "ReadinessGatesNotReady"))
             self.patch_pod_status(name, {"phase": "Running", "conditions": conds,
                                          "startTime": now_iso(),
                                          "containerStatuses": [{
@@ -633,7 +711,14 @@ class SimCluster:
                  and not s["metadata"].get("deletionTimestamp")]
         pinned = (pod["metadata"].get("annotations") or {}).get(PS_NAME)
         if pinned:
-            return next((s for s in snaps if s["metadata"]["name"] == pinned), None)
+            found = next((s for s in snaps if s["metadata"]["name"] == pinned), None)
+            if found is None and pod["metadata"]["name"] not in self.pinned_missing:
+                # What GKE does with a ps-name naming no Ready snapshot is documented nowhere
+                # (cold start, a wait, or a failed pod): the sim starts it cold and records it,
+                # so a test can assert the product never makes such a pod instead of trusting
+                # a clean cold start.
+                self.pinned_missing.append(pod["metadata"]["name"])
+            return found
         labels = pod["metadata"].get("labels") or {}
         policies = {p["metadata"]["name"] for p in self.cr("podsnapshotpolicies")
                     if selector_match(p["spec"].get("selector"), labels)}

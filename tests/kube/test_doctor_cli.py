@@ -154,17 +154,24 @@ async def test_doctor_workspace_pod_reviews_the_kind_read_and_points_to_the_work
     from rbac.yaml's ClusterRoleBinding, so doctor reviews it and says where each grant lives."""
     pod = make_workspace(sim)
     apiserver.call(apiserver.server.deny, "get", "workspacekinds")
-    apiserver.call(apiserver.server.deny, "delete", "podsnapshots")
-    for backend_name in ("kubeflow", "gke"):
+    apiserver.call(apiserver.server.deny, "delete", "podsnapshotmanualtriggers")
+    for backend_name, roles in (("kubeflow", ["jupyter-pause-kubeflow"]),
+                                ("gke", ["jupyter-pause-notebook", "jupyter-pause-kubeflow"])):
         checks = {c.name: c for c in await run_checks(
             Kube(admin), pod_name=pod, namespace=NS, backend=backend_name, config=Config())}
         kinds = checks["rbac workspacekinds.kubeflow.org"]
-        assert (kinds.status, kinds.detail) == ("missing", "denied: get")
+        # the one kind this Workspace is made from (rbac.yaml names it in resourceNames)
+        assert (kinds.status, kinds.detail) == ("missing", "denied: get on jupyterlab")
         assert "ClusterRoleBinding" in kinds.fix and "system:serviceaccounts:user-ns" in kinds.fix
+        trig = checks["rbac podsnapshotmanualtriggers.podsnapshot.gke.io"]
+        assert trig.status == "missing" and "denied: delete" in trig.detail
+        assert "podTemplate.serviceAccount" in trig.fix
+        assert [r for r in ("jupyter-pause-notebook", "jupyter-pause-kubeflow")
+                if r in trig.fix] == roles, trig.fix
+        assert "ws-ws1" in trig.fix and "for the pod's service account" not in trig.fix
+        # each backend's role, not one for both: the kubeflow identity snapshots nothing itself
         snaps = checks["rbac podsnapshots.podsnapshot.gke.io"]
-        assert snaps.status == "missing" and "denied: delete" in snaps.detail
-        assert "podTemplate.serviceAccount" in snaps.fix and "jupyter-pause-notebook" in snaps.fix
-        assert "ws-ws1" in snaps.fix and "for the pod's service account" not in snaps.fix
+        assert ("delete" in snaps.detail) is (backend_name == "gke"), snaps
 
 
 async def test_doctor_warns_that_a_statefulset_pod_with_a_pvc_keeps_its_accelerator(

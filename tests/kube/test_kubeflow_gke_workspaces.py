@@ -38,14 +38,6 @@ def example_kind(**annotations: str | None) -> dict:
     return kind
 
 
-@pytest.fixture
-def kfsim(admin):
-    cluster = KubeflowSim(admin, NS, nodes={"gpu-l4-a": ("nvidia-l4", 1)}).start()
-    yield cluster
-    cluster.stop()
-    assert not cluster.errors, cluster.errors
-
-
 def start_workspace(sim: KubeflowSim, kind: dict, annotations: dict | None = None,
                     pod_config: str = "gpu-l4") -> str:
     sim.custom.create_cluster_custom_object(KF, KFV, "workspacekinds", kind)

@@ -8,6 +8,7 @@ import yaml
 
 from jupyter_pause.cluster.permissions import (
     KUBEFLOW_CLUSTER_PERMISSIONS,
+    KUBEFLOW_PERMISSIONS,
     NOTEBOOK_CLUSTER_PERMISSIONS,
     NOTEBOOK_PERMISSIONS,
     RESUMER_PERMISSIONS,
@@ -37,8 +38,17 @@ def test_notebook_role_grants_exactly_what_the_code_uses():
     by_kind = {d["kind"]: d for d in docs("rbac.yaml")}
     roles = {d["metadata"]["name"]: d for d in docs("rbac.yaml") if d["kind"] == "ClusterRole"}
     assert rules(roles["jupyter-pause-notebook"]) == norm(NOTEBOOK_PERMISSIONS)
+    assert rules(roles["jupyter-pause-kubeflow"]) == norm(KUBEFLOW_PERMISSIONS)
     assert rules(roles["jupyter-pause-cluster-reader"]) == norm(
         {**NOTEBOOK_CLUSTER_PERMISSIONS, **KUBEFLOW_CLUSTER_PERMISSIONS})
+    # each cluster-scoped read names the one object it needs: the storage config of
+    # snapshot-storage.yaml, the WorkspaceKind of workspacekind.yaml
+    named = {r["resources"][0]: r.get("resourceNames")
+             for r in roles["jupyter-pause-cluster-reader"]["rules"]}
+    (storage,) = [d for d in docs("snapshot-storage.yaml")
+                  if d["kind"] == "PodSnapshotStorageConfig"]
+    assert named == {"podsnapshotstorageconfigs": [storage["metadata"]["name"]],
+                     "workspacekinds": [docs("workspacekind.yaml")[0]["metadata"]["name"]]}
     rb = by_kind["RoleBinding"]
     assert rb["roleRef"]["name"] == "jupyter-pause-notebook"
     sub = rb["subjects"][0]
@@ -47,7 +57,7 @@ def test_notebook_role_grants_exactly_what_the_code_uses():
     # Kubeflow binds the kind's clusterRoles to each Workspace's own account (ws-<name>)
     (wsk,) = docs("workspacekind.yaml")
     assert [r["name"] for r in wsk["spec"]["podTemplate"]["serviceAccount"]["clusterRoles"]] == [
-        "jupyter-pause-notebook"]
+        "jupyter-pause-kubeflow"]
     crb = by_kind["ClusterRoleBinding"]
     assert crb["roleRef"]["name"] == "jupyter-pause-cluster-reader"
     assert {"kind": "Group", "name": "system:serviceaccounts:user-ns",
@@ -56,6 +66,13 @@ def test_notebook_role_grants_exactly_what_the_code_uses():
     assert "*" not in granted and "escalate" not in granted and "bind" not in granted
     assert "delete" not in NOTEBOOK_PERMISSIONS[("", "pods")]
     assert "create" not in NOTEBOOK_PERMISSIONS[("podsnapshot.gke.io", "podsnapshots")]
+    # a Workspace's identity cannot snapshot a pod, drop a snapshot, or make a policy; the gke
+    # one touches no Workspace
+    kf = KUBEFLOW_PERMISSIONS
+    assert "create" not in kf[("podsnapshot.gke.io", "podsnapshotmanualtriggers")]
+    assert "delete" not in kf[("podsnapshot.gke.io", "podsnapshots")]
+    assert ("podsnapshot.gke.io", "podsnapshotpolicies") not in kf
+    assert ("kubeflow.org", "workspaces") not in NOTEBOOK_PERMISSIONS
 
 
 def test_resumer_role_matches_the_code():

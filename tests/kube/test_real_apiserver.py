@@ -37,8 +37,7 @@ from jupyter_pause.cluster.gke import GKEBackend
 from jupyter_pause.cluster.kube import Kube, Res
 from jupyter_pause.cluster.kubeflow import KubeflowBackend
 from jupyter_pause.cluster.permissions import (
-    KUBEFLOW_CLUSTER_PERMISSIONS,
-    NOTEBOOK_CLUSTER_PERMISSIONS,
+    KUBEFLOW_PERMISSIONS,
     NOTEBOOK_PERMISSIONS,
     RESUMER_PERMISSIONS,
 )
@@ -319,7 +318,14 @@ async def test_doctor_with_notebook_identity(cluster, sim):
 
 async def test_kubeflow_pause_and_two_concurrent_resumes(cluster, sim):
     """Workspace spec.paused with the notebook identity; two resumes at once restore once (the
-    lease relies on the real apiserver's resourceVersion precondition on merge patches)."""
+    lease relies on the real apiserver's resourceVersion precondition on merge patches). The gke
+    backend on a Workspace's pod pauses through the Workspace: its identity holds both backends'
+    ClusterRoles (rbac.yaml; doctor names both)."""
+    client.RbacAuthorizationV1Api(cluster["admin"]).create_namespaced_role_binding(NS, {
+        "metadata": {"name": "jupyter-pause-kubeflow-jupyter"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "jupyter-pause-kubeflow"},
+        "subjects": [{"kind": "ServiceAccount", "name": "jupyter", "namespace": NS}]})
     sim.custom.create_namespaced_custom_object("kubeflow.org", "v1beta1", NS, "workspaces",
                                                workspace("ws1"))
     await asyncio.to_thread(sim.wait, lambda: any(
@@ -457,16 +463,25 @@ async def test_workspace_service_account_gets_what_the_backend_uses_via_the_kind
     assert not allowed
     user = play_workspace_controller_rbac(cluster["admin"], "ws9", kind)
     kube = Kube(as_user(cluster, user))
-    for (group, resource), verbs in NOTEBOOK_PERMISSIONS.items():
+    for (group, resource), verbs in KUBEFLOW_PERMISSIONS.items():
         for verb in verbs:
             allowed, why = await kube.access_review(verb, Res(group, "v1", resource), NS)
             assert allowed, (verb, resource, why)
-    for (group, resource), verbs in {**NOTEBOOK_CLUSTER_PERMISSIONS,
-                                     **KUBEFLOW_CLUSTER_PERMISSIONS}.items():
-        for verb in verbs:
-            allowed, why = await kube.access_review(verb, Res(group, "v1", resource, False), None)
-            assert allowed, (verb, resource, why)
+    # the cluster-scoped reads: the one storage config and the one kind, nothing else
+    for (group, resource), name in (
+            (("podsnapshot.gke.io", "podsnapshotstorageconfigs"), "jupyter-pause-snapshots"),
+            (("kubeflow.org", "workspacekinds"), kind["metadata"]["name"])):
+        res = Res(group, "v1", resource, False)
+        allowed, why = await kube.access_review("get", res, None, name)
+        assert allowed, (resource, why)
+        allowed, _ = await kube.access_review("get", res, None, "another")
+        assert not allowed, resource
     for verb, group, resource, ns in (
+            # the kubeflow backend's identity snapshots nothing itself (its own ClusterRole)
+            ("create", "podsnapshot.gke.io", "podsnapshotmanualtriggers", NS),
+            ("delete", "podsnapshot.gke.io", "podsnapshots", NS),
+            ("create", "podsnapshot.gke.io", "podsnapshotpolicies", NS),
+            ("patch", "apps", "statefulsets", NS),
             ("delete", "", "pods", NS), ("create", "", "pods", NS), ("get", "", "secrets", NS),
             ("delete", "kubeflow.org", "workspaces", NS),
             ("create", "kubeflow.org", "workspaces", NS),

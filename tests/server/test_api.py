@@ -39,7 +39,8 @@ async def test_status_shape(jp_fetch):
     assert isinstance(st["seq"], int)  # orders lifecycle events against this answer
     assert set(st) == {"seq", "state", "outcome", "step", "reason", "hint", "flight", "timeline",
                        "backend", "kernels", "last_checkpoint", "last_report",
-                       "resume_available", "resume_from", "stopped", "journal"}
+                       "resume_available", "resume_from", "stopped", "journal",
+                       "offers", "recoveries", "accelerator"}
     assert st["journal"] == {"skipped_lines": 0}
     assert st["resume_available"] is False and st["resume_from"] is None
     assert st["stopped"] is None

@@ -11,7 +11,10 @@ Entries (a test each: tests/fidelity/test_reducers.py):
 - sync.py: free locks and the Condition/Event/Semaphore/Queue objects built on them;
 - torch_autograd.py: tensors carrying autograd history;
 - widgets.py: ipywidgets widgets and the functions ``interact`` wrapped;
-- bokeh.py: bokeh models (figures, data sources, ...).
+- bokeh.py: bokeh models (figures, data sources, ...);
+- weakrefs.py: weak references, weak containers, finalizers and torch hook handles, relinked to
+  the restored objects (tests/checkpoint/test_weak_links.py);
+- torch_data.py: DataLoader iterators mid-epoch (tests/checkpoint/test_iterators.py).
 """
 
 from __future__ import annotations
@@ -56,4 +59,12 @@ def registered() -> dict[str, Reducer]:
     return dict(_REGISTRY)
 
 
-from . import bokeh, files, sync, torch_autograd, widgets  # noqa: F401 - they register themselves
+from . import (  # noqa: F401 - they register themselves
+    bokeh,
+    files,
+    sync,
+    torch_autograd,
+    torch_data,
+    weakrefs,
+    widgets,
+)

@@ -6,6 +6,9 @@ A graph is process memory: it cannot be saved. Two cases:
 - any other result of an operation (``loss = criterion(out, y)``): its value is saved, and at
   restore the variable is marked as having lost its graph (see ``pickling.take_load_notes``), so
   the report says so instead of "restored", and ``%restore --recompute`` re-runs its cell.
+A leaf's accumulated gradient (``.grad``) is saved with it: torch's own pickling drops it, and a
+``backward()`` in the next cell accumulates onto it (gradient accumulation, or a step taken
+after the pause), so without it the next step would differ.
 """
 
 from __future__ import annotations
@@ -29,11 +32,23 @@ def _graph_lost(value: Any, grad_fn: str) -> Any:
     return value
 
 
+def _with_grad(rebuild: Any, args: tuple, grad: Any) -> Any:
+    t = rebuild(*args)
+    t.grad = grad
+    return t
+
+
 @register("torch.Tensor")
 def reduce_tensor(t: Any) -> Any:
     gf = t.grad_fn
     if gf is None:
-        return NotImplemented  # leaves and plain tensors: the pickler's storage path
+        grad = t.grad if t.requires_grad else None
+        if grad is None:
+            return NotImplemented  # leaves and plain tensors: the pickler's storage path
+        rv = t.__reduce_ex__(5)  # torch's own (storage, offset, ...), then the gradient on it
+        if not isinstance(rv, tuple) or len(rv) != 2:
+            return NotImplemented
+        return (_with_grad, (rv[0], rv[1], grad))
     base = t._base
     if base is not None and base.is_leaf and base.requires_grad and t.layout == base.layout:
         return (_graph_view, (base, tuple(t.size()), tuple(t.stride()), t.storage_offset()))

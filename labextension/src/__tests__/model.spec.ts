@@ -292,10 +292,17 @@ describe('describeAction', () => {
     });
     const a = describeAction(failed, null, [], false, trans);
     assert.deepEqual([a.mode, a.enabled, a.label], ['resume', true, 'Resume']);
-    assert.match(a.tooltip, /a\.ipynb: checkpoint cp7 \(2 hours old\)/);
+    assert.match(a.tooltip, /a\.ipynb: a checkpoint 2 hours old/);
+    // With its time, the checkpoint is named by the time of day: the same in every place.
+    const at = new Date(2026, 11, 1, 10, 42, 5).toISOString();
+    const withTime = status({
+      ...failed,
+      resume_from: { offered: true, checkpoints: [{ path: 'a.ipynb', created: at, age_s: 200 }] }
+    });
+    assert.match(describeAction(withTime, null, [], false, trans).tooltip, /a\.ipynb: the checkpoint of 10:42/);
     const view = describeStatus(failed, null, trans);
     assert.equal(view.state, 'failed');
-    assert.match(view.tooltip, /Resume restores the previous checkpoint: a\.ipynb: checkpoint cp7/);
+    assert.match(view.tooltip, /Resume restores the previous checkpoint: a\.ipynb: a checkpoint 2 hours old/);
     // No way back left (no earlier checkpoint): pausing again is the action.
     const none = describeAction(
       status({ state: 'failed', reason: 'kernel died', resume_available: false }),

@@ -1,0 +1,226 @@
+"""Autosave in real kernels: after cells, never while one runs, and a way back after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_pause.checkpoint import open_keyed_store
+from jupyter_pause.checkpoint.retention import is_autosave
+from tests.harness import wait_for
+
+STREAM = "analysis.ipynb"  # JPY_SESSION_NAME of kernel_env
+STATUS = "__import__('jupyter_pause.kernel.autosave', fromlist=['_']).get(get_ipython()).status()"
+# A variable whose pickling announces itself (marker file) and then takes `seconds`, holding
+# the GIL ("spin") or not ("sleep"): a test acts while an autosave is known to be under way.
+SLOW = """
+import pathlib, time
+class Slow:
+    def __init__(self, marker, seconds, spin):
+        self.marker, self.seconds, self.spin = marker, seconds, spin
+    def __getstate__(self):
+        pathlib.Path(self.marker).write_text("pickling")
+        end = time.monotonic() + self.seconds
+        while time.monotonic() < end:
+            if not self.spin:
+                time.sleep(0.01)
+        return {}
+"""
+
+
+@pytest.fixture
+def where(tmp_path: Path) -> dict[str, str]:
+    return {"JUPYTER_PAUSE_STORE_URL": str(tmp_path / "store"),
+            "JUPYTER_PAUSE_KEY_PATH": str(tmp_path / "key"),
+            "JUPYTER_PAUSE_AUTOSAVE": "{}"}  # the defaults: on
+
+
+def autosaves(where: dict[str, str]) -> list[Any]:
+    """The store's authentic autosaves of the notebook, newest first (read from outside)."""
+    if not Path(where["JUPYTER_PAUSE_KEY_PATH"]).exists():
+        return []
+    store = open_keyed_store(where["JUPYTER_PAUSE_STORE_URL"], where["JUPYTER_PAUSE_KEY_PATH"])
+    return [m for m in store.list(STREAM) if is_autosave(m)]
+
+
+def autosave_of_cell(where: dict[str, str], cell: int, timeout: float = 60) -> Any:
+    return wait_for(f"an autosave of cell [{cell}]",
+                    lambda: next((m for m in autosaves(where) if m.meta.get("cell") == cell),
+                                 None), timeout)
+
+
+def status(k: Any) -> dict[str, Any]:
+    """The autosave's status, asked silently: a silent request runs no pre_run_cell hook."""
+    return k.run("", silent=True, user_expressions={"v": STATUS}).expr("v")
+
+
+def sigkill(k: Any) -> None:
+    k.kc.stop_channels()
+    os.kill(k.km.provisioner.process.pid, signal.SIGKILL)
+    wait_for("the kernel process to end", lambda: k.km.provisioner.process.poll() is not None,
+             10)
+
+
+def test_sigkill_then_restore_brings_back_the_last_finished_cell(kernel_factory: Any,
+                                                                 where: dict[str, str]) -> None:
+    k = kernel_factory(**where)
+    k.ok("%load_ext jupyter_pause")
+    k.ok("import numpy as np\nx = 1\nw = np.arange(1000.0)")
+    first = k.ok("x = 2\nw[3] = -1.0\nnames = ['a', 'b']")
+    cell = first.reply["content"]["execution_count"]
+    m = autosave_of_cell(where, cell)
+    assert m.meta["kind"] == "autosave" and {"x", "w", "names"} <= {v["name"] for v in m.variables}
+    sigkill(k)
+
+    fresh = kernel_factory(**where)
+    fresh.ok("%load_ext jupyter_pause")
+    out = fresh.ok("%restore")
+    assert m.id in out.text
+    assert fresh.eval("(x, float(w[3]), names)") == (2, -1.0, ["a", "b"])
+
+
+def test_autosave_killed_mid_write_leaves_the_previous_one(kernel_factory: Any,
+                                                           where: dict[str, str],
+                                                           tmp_path: Path) -> None:
+    k = kernel_factory(**where)
+    k.ok("%load_ext jupyter_pause")
+    done = k.ok("x = 'kept'")
+    good = autosave_of_cell(where, done.reply["content"]["execution_count"])
+    marker = tmp_path / "pickling"
+    k.ok(SLOW + f"\nx = 'lost'\nslow = Slow({str(marker)!r}, 30, False)")
+    wait_for("the autosave to be under way", marker.exists, 60)
+    sigkill(k)  # in the middle of the write
+
+    assert [m.id for m in autosaves(where)] == [good.id]
+    fresh = kernel_factory(**where)
+    fresh.ok("%load_ext jupyter_pause")
+    fresh.ok("%restore")
+    assert fresh.eval("x") == "kept"
+
+
+@pytest.mark.parametrize("mode", ["fork", "thread"])
+@pytest.mark.parametrize("spin", [False, True], ids=["io-bound", "cpu-bound"])
+def test_a_cell_started_during_an_autosave_starts_at_once(kernel_factory: Any,
+                                                         where: dict[str, str], tmp_path: Path,
+                                                         spin: bool, mode: str) -> None:
+    k = kernel_factory(**{**where, "JUPYTER_PAUSE_AUTOSAVE": json.dumps({"mode": mode})})
+    k.ok("%load_ext jupyter_pause")
+    marker = tmp_path / "pickling"
+    seconds = 6.0
+    before = k.ok(SLOW + f"\nslow = Slow({str(marker)!r}, {seconds}, {spin})\ny = 0")
+    cell = before.reply["content"]["execution_count"]
+    wait_for("the autosave to be under way", marker.exists, 60)
+    t0 = time.monotonic()
+    k.ok("y = 1")
+    took = time.monotonic() - t0
+    # The cell did not wait for the autosave (which has seconds of pickling left).
+    assert took < 1.5, f"a cell took {took:.2f} s while an autosave ran"
+    if mode == "thread":
+        # That write was stopped: nothing of it was published (the cell changed the state).
+        wait_for("the stopped autosave", lambda: status(k)["cancelled"], seconds + 30)
+        assert all(m.meta.get("cell") != cell for m in autosaves(where))
+    else:
+        # The child's copy is the state before the cell, whole: it is published, with y = 0.
+        m = autosave_of_cell(where, cell, seconds + 60)
+        fresh = kernel_factory(**where)
+        fresh.ok("%load_ext jupyter_pause")
+        fresh.ok(SLOW + f"\n%restore --id {m.id}")
+        assert fresh.eval("y") == 0
+
+
+def test_autosave_sends_nothing_on_iopub(kernel_factory: Any, where: dict[str, str]) -> None:
+    """jupyter_server moves last_activity and execution_state on IOPub messages only: an
+    autosave that sends none is not the person's activity and never shows the kernel busy."""
+    k = kernel_factory(**where)
+    k.ok("%load_ext jupyter_pause")
+    k.ok("import numpy as np")
+    out = k.ok("a = np.ones(2_000_000)")
+    # The cell's own trailing messages (status idle) are in once the reply is; drain them.
+    wait_for("the cell's idle status", lambda: _drain_until_idle(k), 10)
+    autosave_of_cell(where, out.reply["content"]["execution_count"])
+    msgs = []
+    while True:
+        try:
+            msgs.append(k.kc.get_iopub_msg(timeout=0.5))
+        except queue.Empty:  # nothing more
+            break
+    assert msgs == [], [m["header"]["msg_type"] for m in msgs]
+
+
+def _drain_until_idle(k: Any) -> bool:
+    try:
+        msg = k.kc.get_iopub_msg(timeout=1)
+    except queue.Empty:
+        return True
+    return msg["header"]["msg_type"] == "status" and msg["content"]["execution_state"] == "idle"
+
+
+def test_pause_autosave_off_on_every(kernel_factory: Any, where: dict[str, str]) -> None:
+    k = kernel_factory(**where)
+    k.ok("%load_ext jupyter_pause")
+    assert "off" in k.ok("%pause --autosave off").stdout
+    k.ok("z = 1")
+    st = status(k)  # off: the cell scheduled nothing
+    assert not st["scheduled"] and st["phase"] == "idle" and st["saved"] == 0
+    assert "every 30 s" in k.ok("%pause --autosave every 30 s").stdout
+    cell = k.ok("z = 3").reply["content"]["execution_count"]
+    autosave_of_cell(where, cell)
+    bad = k.run("%pause --autosave sometimes")
+    assert bad.status == "error" and "off, on or 'every N s'" in bad.text
+
+
+def test_autosaves_never_push_pause_checkpoints_out(kernel_factory: Any,
+                                                    where: dict[str, str]) -> None:
+    k = kernel_factory(**where)
+    k.ok("%load_ext jupyter_pause")
+    k.ok("%pause --autosave off")
+    k.ok("v = 0\n%checkpoint --keep 2")
+    k.ok("%pause --autosave on")
+    for i in range(1, 6):
+        autosave_of_cell(where, k.ok(f"v = {i}").reply["content"]["execution_count"])
+    store = open_keyed_store(where["JUPYTER_PAUSE_STORE_URL"], where["JUPYTER_PAUSE_KEY_PATH"])
+    kinds = [m.meta.get("kind") for m in store.list(STREAM)]
+    assert kinds.count("checkpoint") == 1  # the %checkpoint survived five autosaves
+    assert 1 <= kinds.count("autosave") <= 3  # the newest few (Settings.keep)
+
+
+def test_after_a_death_restore_takes_the_offered_autosave(kernel_factory: Any,
+                                                         where: dict[str, str]) -> None:
+    """The new kernel's own autosaves are newer and smaller: ``%restore`` still takes the one the
+    server offered, and retention keeps that one until it is taken."""
+    k = kernel_factory(**where)
+    k.ok("%load_ext jupyter_pause")
+    m = autosave_of_cell(where, k.ok("x = 'before the death'").reply["content"]["execution_count"])
+    sigkill(k)
+
+    fresh = kernel_factory(**where)
+    fresh.ok("%load_ext jupyter_pause")
+    call = ("__import__('jupyter_pause.kernel.bridge', fromlist=['_']).call('autosave', "
+            f"{json.dumps(json.dumps({'offered': m.id}))})")
+    fresh.run(call, silent=True)  # what the server does in a kernel it restarted after a death
+    assert status(fresh)["offered"] == m.id
+    for i in range(4):  # more autosaves than retention keeps
+        autosave_of_cell(where, fresh.ok(f"x = 'new {i}'").reply["content"]["execution_count"])
+    assert m.id in {a.id for a in autosaves(where)}
+    out = fresh.ok("%restore")
+    assert m.id in out.text and fresh.eval("x") == "before the death"
+    assert status(fresh)["offered"] is None
+
+
+def test_autosave_after_a_checkpoint_in_the_kernel_completes(kernel_factory: Any,
+                                                            where: dict[str, str]) -> None:
+    """A write in the kernel itself (%checkpoint, a pause) starts native hashing threads there;
+    a forked autosave must not wait on them (they do not exist in the child)."""
+    k = kernel_factory(**where)
+    k.ok("%load_ext jupyter_pause\nimport numpy as np\n%pause --autosave off")
+    k.ok("a = np.random.default_rng(0).random(8_000_000)\n%checkpoint")
+    k.ok("%pause --autosave on")
+    m = autosave_of_cell(where, k.ok("a[0] = 2.0").reply["content"]["execution_count"], 60)
+    assert m.meta["kind"] == "autosave"

@@ -1,0 +1,192 @@
+"""GKE Workspaces' snapshot add-on off its happy path (tier 1, the simulator).
+
+Modelled on gke-labs/workspaces providers/gke/internal/snapshot (read as the project's API notes
+record it; the repository could not be fetched again for this reading):
+- webhook.go mutateWorkspace holds every paused false->true of a managed Workspace and sets the
+  pod's readiness condition `podsnapshot.gke.kubeflow.org/active=False` at once (the pod leaves
+  its Service); the trigger follows after a ~3 s settle;
+- reconcile.go reconcileCheckpointing has no branch for a failed trigger or PodSnapshot: the
+  Workspace stays Checkpointing, unpaused, out of the Service;
+- webhook.go mutatePod pins every new pod to the Workspace's last-checkpoint-name (ps-name), which
+  reconcileActive clears only once a pod is Ready.
+What GKE does with a ps-name that names no snapshot is documented nowhere: the simulator records
+such pods (`pinned_missing`) rather than assume a clean cold start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from jupyter_pause.cluster.base import BackendError
+from jupyter_pause.cluster.kube import PS_NAME_ANNOTATION, Kube
+from jupyter_pause.cluster.kubeflow import KubeflowBackend
+from jupyter_pause.cluster.resume import resume_workspace
+from jupyter_pause.cluster.workspaces import STOP_OPT_OUT_ANNOTATION
+
+from .conftest import GKW_ENABLED, NS, pause_ctx, resume_ctx
+from .test_kubeflow_gke_workspaces import KF, KFV, LAST, STATE, example_kind, start_workspace
+
+ACTIVE = "podsnapshot.gke.kubeflow.org/active"
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def ws_obj(sim) -> dict:
+    return sim.custom.get_namespaced_custom_object(KF, KFV, NS, "workspaces", "ws1")
+
+
+def pod_cond(sim, ctype: str) -> str | None:
+    pods = [p for p in sim.pods() if p["metadata"]["name"] == "ws-ws1-0"]
+    for c in (pods[0]["status"].get("conditions") or []) if pods else []:
+        if c["type"] == ctype:
+            return c["status"]
+    return None
+
+
+def backend(client, pod: str, **kw) -> KubeflowBackend:
+    kw.setdefault("restored_condition_wait", 0)
+    b = KubeflowBackend(api_client=client, pod_name=pod, namespace=NS, gpu_model="nvidia-l4",
+                        **kw)
+    b.workspaces.failure_poll = 0.1
+    return b
+
+
+async def running_workspace(sim) -> str:
+    pod = await asyncio.to_thread(start_workspace, sim, example_kind())
+    # the add-on's readiness gate: Ready only once the add-on says the pod is active
+    await asyncio.to_thread(sim.wait, lambda: pod_cond(sim, "Ready") == "True", 10, "pod Ready")
+    return pod
+
+
+@pytest.mark.parametrize("fault", ["trigger", "upload"])
+async def test_a_failed_addon_snapshot_is_ended_and_said(notebook_client, kfsim, recorder,
+                                                         fault):
+    """Before: the pause waited out checkpoint_timeout on checkpoint-state and left the
+    Workspace Checkpointing, its pod out of the Service."""
+    pod = await running_workspace(kfsim)
+    if fault == "trigger":
+        kfsim.trigger_outcome = "failed"  # Triggered=False/Failed with GKE's message
+        gke_says = "CUDA checkpoint returned an error"
+    else:
+        kfsim.upload_outcome = "failed"  # PodSnapshot Ready=False/Failed
+        gke_says = "403 Forbidden"
+    b = backend(notebook_client, pod, checkpoint_timeout=60)
+    ctx = pause_ctx(recorder)
+    await b.snapshot(ctx)
+    t0 = time.monotonic()
+    task = asyncio.create_task(b.release(ctx))
+    # the add-on took the pod out of the Service at once
+    await asyncio.to_thread(kfsim.wait, lambda: pod_cond(kfsim, "Ready") == "False", 10,
+                            "pod out of the Service")
+    with pytest.raises(BackendError) as err:
+        await asyncio.wait_for(task, 30)
+    assert err.value.reason == "snapshot_failed", err.value
+    assert gke_says in str(err.value) and "keeps running" in str(err.value)
+    assert time.monotonic() - t0 < 20  # read from GKE's conditions, not the 60 s timeout
+    (event,) = [f for e, f in recorder.events if e == "gke_workspaces_checkpoint_failed"]
+    assert gke_says in event["reason"] and event["left_behind"] is None
+    # the stuck state is gone: no checkpoint-state, no failed trigger, the pod back in service
+    ann = ws_obj(kfsim)["metadata"].get("annotations") or {}
+    assert STATE not in ann and ws_obj(kfsim)["spec"]["paused"] is False
+    assert not kfsim.cr("podsnapshotmanualtriggers")
+    await asyncio.to_thread(kfsim.wait, lambda: pod_cond(kfsim, "Ready") == "True", 10,
+                            "pod Ready again")
+    # and the next pause works
+    kfsim.trigger_outcome, kfsim.upload_outcome = "complete", "ready"
+    ctx = pause_ctx(recorder, "f2")
+    await b.snapshot(ctx)
+    assert (await b.release(ctx)).get("checkpoint_state") == "Ready"
+
+
+async def test_cold_restart_does_not_pin_the_new_pod_to_the_deleted_snapshot(
+        admin, notebook_client, kfsim, recorder):
+    """The restore crashes; the resumer deletes the snapshot and the pod. Before: the
+    Workspace's last-checkpoint-name stayed, and the add-on's pod webhook pinned the new pod to
+    the snapshot just deleted."""
+    pod = await running_workspace(kfsim)
+    b = backend(notebook_client, pod, checkpoint_timeout=30)
+    ctx = pause_ctx(recorder)
+    await b.snapshot(ctx)
+    rel = await b.release(ctx)
+    snap = rel["snapshot"]
+    assert snap and ws_obj(kfsim)["metadata"]["annotations"][LAST] == snap
+    await asyncio.to_thread(kfsim.wait, lambda: not kfsim.pods(), 10, "pod stopped")
+    kfsim.restore_mode = "crash"
+    out = await resume_workspace(Kube(admin), NS, "ws1", poll=0.05, timeout=40,
+                                 restored_condition_wait=0.3, discard_wait=5)
+    assert out["state"] == "cold_started", out
+    (p,) = kfsim.pods()
+    assert PS_NAME_ANNOTATION not in (p["metadata"].get("annotations") or {}), p["metadata"]
+    assert kfsim.pinned_missing == []  # no pod ever named a snapshot that is gone
+    assert snap not in [s["metadata"]["name"] for s in kfsim.cr("podsnapshots")]
+
+
+async def test_a_stop_under_the_addon_takes_no_snapshot(admin, notebook_client, kfsim,
+                                                        recorder):
+    """The cpu-small "stop without a snapshot": before, the add-on intercepted the
+    paused=true, froze and uploaded the pod, and the kernels came back live."""
+    pod = await running_workspace(kfsim)
+    b = backend(notebook_client, pod)
+    ctx = pause_ctx(recorder)
+    ctx.mode = "stop"  # snapshot() is not called for a stop
+    rel = await b.release(ctx)
+    assert rel == {"released": True, "stopped_via": "workspace", "owner": "ws1",
+                   "snapshot_opt_out": True}
+    await asyncio.to_thread(kfsim.wait, lambda: not kfsim.pods(), 10, "pod stopped")
+    assert kfsim.snapshots_created == 0 and not kfsim.cr("podsnapshotmanualtriggers")
+    ann = ws_obj(kfsim)["metadata"]["annotations"]
+    # the example kind opts in; the Workspace had no setting of its own to keep
+    assert ann[GKW_ENABLED] == "false" and ann[STOP_OPT_OUT_ANNOTATION] == ""
+    # the resume opts it back in before the pod is created, so the pod gets the add-on's gate
+    out = await resume_workspace(Kube(admin), NS, "ws1", poll=0.05, timeout=30,
+                                 restored_condition_wait=0)
+    assert out["state"] == "started", out
+    ann = ws_obj(kfsim)["metadata"].get("annotations") or {}
+    assert GKW_ENABLED not in ann and STOP_OPT_OUT_ANNOTATION not in ann
+    (p,) = kfsim.pods()
+    assert [g["conditionType"] for g in p["spec"].get("readinessGates") or []] == [ACTIVE]
+
+
+async def test_a_dashboard_resume_after_a_stop_is_opted_back_in_by_the_server(
+        notebook_client, kfsim, recorder):
+    """Kubeflow's dashboard resumes with spec.paused=false only: the server's resume puts the
+    Workspace's own setting back."""
+    pod = await running_workspace(kfsim)
+    await asyncio.to_thread(kfsim.custom.patch_namespaced_custom_object, KF, KFV, NS,
+                            "workspaces", "ws1",
+                            {"metadata": {"annotations": {GKW_ENABLED: "true"}}})
+    ctx = pause_ctx(recorder)
+    ctx.mode = "stop"
+    await backend(notebook_client, pod).release(ctx)
+    assert ws_obj(kfsim)["metadata"]["annotations"][STOP_OPT_OUT_ANNOTATION] == "true"
+    await asyncio.to_thread(kfsim.wait, lambda: not kfsim.pods(), 10, "pod stopped")
+    await asyncio.to_thread(kfsim.custom.patch_namespaced_custom_object, KF, KFV, NS,
+                            "workspaces", "ws1", {"spec": {"paused": False}})
+    await asyncio.to_thread(kfsim.wait, lambda: any(
+        p["status"].get("phase") == "Running" for p in kfsim.pods()), 10, "pod back")
+    rctx = resume_ctx(recorder)
+    rctx.pause = {"mode": "stop"}
+    b = backend(notebook_client, pod)
+    await b._undo_stop_opt_out()
+    ann = ws_obj(kfsim)["metadata"]["annotations"]
+    assert ann[GKW_ENABLED] == "true" and STOP_OPT_OUT_ANNOTATION not in ann
+
+
+async def test_a_statefulset_recreates_a_stopped_pod(kfsim):
+    """kubernetes/kubernetes pkg/controller/statefulset/stateful_set_control.go processReplica:
+    a Failed or Succeeded replica is deleted and re-created (RecreatingTerminatedPod), which is
+    what GKE's postCheckpoint: stop leaves behind."""
+    kfsim.apps.create_namespaced_stateful_set(NS, {
+        "metadata": {"name": "nb"},
+        "spec": {"replicas": 1, "serviceName": "nb", "selector": {"matchLabels": {"app": "nb"}},
+                 "template": {"metadata": {"labels": {"app": "nb"}},
+                              "spec": {"containers": [{"name": "main", "image": "img"}]}}}})
+    first = await asyncio.to_thread(kfsim.wait, lambda: next((
+        p for p in kfsim.pods() if p["status"].get("phase") == "Running"), None), 10, "nb-0")
+    kfsim.patch_pod_status("nb-0", {"phase": "Succeeded"})
+    await asyncio.to_thread(kfsim.wait, lambda: any(
+        p["metadata"]["uid"] != first["metadata"]["uid"] and
+        p["status"].get("phase") == "Running" for p in kfsim.pods()), 10, "nb-0 re-created")
