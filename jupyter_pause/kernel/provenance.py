@@ -177,6 +177,7 @@ def install(ip: Any) -> Provenance:
     """Register the hooks once per shell; idempotent."""
     prov = get(ip)
     if prov is None:
+        keep_random_stream(ip)
         prov = Provenance(ip)
         prov.backfill()
         ip._jupyter_pause_provenance = prov
@@ -193,3 +194,13 @@ def uninstall(ip: Any) -> None:
         with contextlib.suppress(ValueError):
             ip.events.unregister(event, cb)
     del ip._jupyter_pause_provenance
+
+
+def keep_random_stream(ip: Any) -> None:
+    """IPython's banner picks its tip with the global ``random.choice`` (IPython/core/tips.py,
+    ``pick_tip``), and ipykernel builds the banner for every ``kernel_info_request``: each client
+    that connects or probes the kernel (a browser tab, the server's liveness checks) advanced the
+    notebook's seeded random stream, so a paused experiment drew other numbers than one never
+    paused. The tip only shows in a terminal console's banner."""
+    if getattr(ip, "enable_tip", False):
+        ip.enable_tip = False

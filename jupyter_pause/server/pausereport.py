@@ -40,6 +40,8 @@ def resume_report(flight: Any, requested: str, usable: str | None,
             "reason": out.get("reason"),
             "checkpoint_id": out.get("checkpoint_id") or rec.checkpoint_id,
             "warnings": out.get("warnings", []), "variables": variables,
+            # random generators, working directory, settings: what the restore put back
+            "process_state": [as_row(v) for v in out.get("process_state", [])],
             # a restore that was tried and failed (the kernel is empty), and whether the
             # checkpoint itself is unreadable ("missing" / "corrupt"); "lost": started fresh
             "restore_failed": bool(out.get("restore_failed")),

@@ -273,6 +273,7 @@ async def _restore_all(lc: Lifecycle, fresh: list[KernelRecord],
             return
         variables = list(res.get("variables") or [])
         out.update(outcome="restored", variables=variables,
+                   process_state=list(res.get("process_state") or []),
                    warnings=list(res.get("warnings") or []),
                    checkpoint_id=res.get("checkpoint_id") or rec.checkpoint_id,
                    reason="restored from checkpoint (the live process did not come back: "

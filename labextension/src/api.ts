@@ -82,6 +82,8 @@ export interface IKernelReport {
   reason?: string | null;
   checkpoint_id?: string | null;
   variables?: IReportVariable[];
+  /** Random generators, working directory, settings, IPython state: rows like variables'. */
+  process_state?: IReportVariable[];
 }
 
 export interface IReport {

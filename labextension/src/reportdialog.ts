@@ -326,8 +326,37 @@ export class PauseReportBody extends Widget {
     if (!(kernel.variables ?? []).length) {
       section.append(el('p', 'jp-PauseReport-empty', trans.__('No variables.')));
     }
+    const processState = kernel.process_state ?? [];
+    if (processState.length) {
+      section.append(
+        this._fold(`process:${kernel.path ?? kernel.kernel_id}`, processStateOf(trans, processState))
+      );
+    }
     return section;
   }
+}
+
+/** The kernel's process state (random generators, working directory, settings), folded: each
+ * row with what happened to it and why. */
+function processStateOf(trans: ITrans, rows: IReportVariable[]): HTMLDetailsElement {
+  const details = el('details', 'jp-PauseReport-process');
+  const back = rows.filter(r => r.status === 'restored').length;
+  details.append(
+    el('summary', undefined, trans.__('Process state: %1 of %2 put back', back, rows.length))
+  );
+  const ul = el('ul');
+  for (const r of rows) {
+    const li = el('li');
+    li.dataset.status = r.status;
+    li.append(el('code', undefined, r.name));
+    li.append(el('span', 'jp-PauseReport-meta', ` ${r.status}`));
+    if (r.reason) {
+      li.append(el('span', 'jp-PauseReport-why', ` — ${r.reason}`));
+    }
+    ul.append(li);
+  }
+  details.append(ul);
+  return details;
 }
 
 /** A folded "Details" block of the non-empty lines. */

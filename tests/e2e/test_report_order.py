@@ -57,3 +57,11 @@ def test_report_current_notebook_first_the_rest_folded(lab: LabServer, page) -> 
     how.locator("summary").click()
     expect()(how.get_by_text(re.compile("^Checkpoint id: "))).to_be_visible()
     shot(page, "26-report-folded-open")
+    # The process state (random generators, working directory, ...) is folded under its own
+    # summary, with what happened to each entry.
+    process = first.locator(".jp-PauseReport-process")
+    expect()(process.locator(":scope > summary")).to_have_text(
+        re.compile(r"^Process state: \d+ of \d+ put back$"))
+    process.locator(":scope > summary").click()
+    expect()(process.locator("li", has_text="RNG: random")).to_contain_text("restored")
+    shot(page, "27-report-process-state")

@@ -4,6 +4,7 @@ and the next cell prints what it printed in the kernel that was never interrupte
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -143,6 +144,27 @@ def test_bridge_between_cells_keeps_counter_and_rows_apart(kernel):
     got = kernel.run("print(np.random.rand(), Out[3])")
     assert got.stdout == expected.stdout
     assert got.reply["content"]["execution_count"] == expected.reply["content"]["execution_count"]
+
+
+def test_clients_asking_kernel_info_do_not_draw_from_the_notebooks_random_stream(kernel):
+    """ipykernel answers every kernel_info request with IPython's banner, whose tip is drawn
+    with the global ``random.choice`` (IPython/core/tips.py): each client that connected or
+    probed (a browser tab, the server's liveness checks before a pause) took a number from the
+    notebook's seeded stream, so the draws after a pause were not those of a run never paused.
+    The kernel side is installed when the server starts a kernel (its autosave call)."""
+    assert bridge(kernel, "autosave", settings={"enabled": False})["ok"] is True
+    kernel.ok("import random\nrandom.seed(7)")
+    for _ in range(3):  # each call asks kernel_info before it runs
+        assert "token" in bridge(kernel, "liveness")
+    assert bridge(kernel, "checkpoint", store_url=None, key_path=None,
+                  stream="probed.ipynb")["ok"] is True
+    kernel.restart()
+    assert bridge(kernel, "restore", store_url=None, key_path=None,
+                  stream="probed.ipynb")["ok"] is True
+    assert "token" in bridge(kernel, "liveness")  # the reconnecting tab's ask
+    never_paused = random.Random(7)
+    assert kernel.eval("[random.random() for _ in range(3)]") == [
+        never_paused.random() for _ in range(3)]
 
 
 IPY_HOSTILE = """\

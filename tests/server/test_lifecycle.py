@@ -36,6 +36,7 @@ async def test_pause_stops_kernels_and_resume_restores(ws, jp_serverapp):
     kid = nb["kernel"]["id"]
     await ws.run(kid, SETUP)
     before = json.loads(await ws.run(kid, CHECK))
+    await ws.run(kid, "import random\nrandom.seed(7)")  # reported below as "RNG: random"
 
     flight, st = await ws.flight("pause", {"trigger": "manual"})
     assert st["state"] == "paused", st
@@ -53,6 +54,9 @@ async def test_pause_stops_kernels_and_resume_restores(ws, jp_serverapp):
     statuses = {v["name"]: v["status"] for v in k["variables"]}
     assert statuses["x"] == "restored" and statuses["model"] == "restored"
     assert report["usable"] and report["durations"]["total_s"] > 0
+    # The process state is reported beside the variables, not among them.
+    process = {v["name"]: v["status"] for v in k["process_state"]}
+    assert process["RNG: random"] == "restored" and "x" not in process
 
     # The notebook's session now points at the new kernel, which holds the old state.
     sessions = json.loads((await ws.fetch("api", "sessions")).body)
