@@ -234,7 +234,10 @@ class _FP:
             return (tuple((k, self.fp(vals[k], depth + 1)) for k in names), extra)
         bokeh_model = sys.modules.get("bokeh.model")
         if bokeh_model is not None and isinstance(obj, bokeh_model.Model):
-            props = obj.properties_with_values(include_defaults=False)
+            # every property's value, defaults included: which ones count as "set" differs
+            # when a value equal to the default is set (Field("x") with bokeh's own Unspecified
+            # is the default of a glyph's x), while the figure is the same
+            props = obj.properties_with_values(include_defaults=True)
             return (obj.id, tuple((k, self.fp(v, depth + 1)) for k, v in sorted(props.items())))
         bokeh_wrappers = sys.modules.get("bokeh.core.property.wrappers")
         if bokeh_wrappers is not None and isinstance(obj, bokeh_wrappers.PropertyValueContainer):

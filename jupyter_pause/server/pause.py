@@ -76,7 +76,9 @@ async def run_pause(lc: Lifecycle, flight: Flight, interrupt: bool, mode: str = 
                             backend=app.backend_name, skipped=bool(snap.get("skipped")))
 
         step = "releasing"
-        lc.set_step("releasing", "Stopping the kernels" if stop else "Releasing the accelerator")
+        gpu = int((app.accelerator or {}).get("count") or 0) > 0  # name one only if there is one
+        lc.set_step("releasing", "Releasing the accelerator" if gpu and not stop
+                    else "Stopping the kernels")
         rel = await lc.backend.release(ctx) or {}
         await lc.record("accelerator_released", persist=not held,
                         accelerator=dict(app.accelerator),

@@ -147,7 +147,7 @@ export class StateFollower implements IDisposable {
     if (current.state === 'paused') {
       this._pausedNote = Notification.info(
         this._trans.__(
-          'Paused: the checkpoint is written; %1. Resume when you are ready.',
+          "Paused: the notebooks' state is saved; %1. Resume when you are ready.",
           freedText(current, this._trans)
         ),
         { autoClose: 6000 }

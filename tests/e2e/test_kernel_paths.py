@@ -158,7 +158,9 @@ def test_a_cell_run_while_paused_its_notice_goes_when_resumed(lab: LabServer, pa
     # Resume from the page's own button (the notice's Resume would close it by itself).
     pause_button(panel).click()
     expect()(status_item(page)).to_have_attribute("data-state", "ready", timeout=SLOW)
-    expect()(notice).to_have_count(0, timeout=5_000)
+    # it goes when the held cell's notebook is reconnected to its restored kernel, which
+    # follows "ready" by as long as the reconnect takes on a busy machine
+    expect()(notice).to_have_count(0, timeout=60_000)
 
 
 def test_status_follows_the_kernel_after_a_restart_and_a_kill(lab: LabServer, page) -> None:
