@@ -46,6 +46,13 @@ def render_report(report: dict) -> str:
     if t["pauses"]["by_trigger"]:
         out.append("Pauses by trigger: " + ", ".join(
             f"{k} {v}" for k, v in sorted(t["pauses"]["by_trigger"].items())))
+    rc = t.get("recoveries") or {}
+    if rc.get("kernel_deaths") or rc.get("server_kills"):
+        out.append(
+            f"Recoveries: kernels died {rc['kernel_deaths']}, servers killed "
+            f"{rc['server_kills']}; offered {rc['offered']}, restored {rc['restored']}, "
+            f"dismissed {rc['dismissed']}; work lost {rc['cells_lost']} cells, "
+            f"{format_duration(rc['seconds_lost'])} since the autosaves")
     st = t.get("stops") or {}
     if st.get("total"):
         line = (f"Server stops: {st['total']} ("

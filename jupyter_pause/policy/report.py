@@ -21,6 +21,7 @@ Definitions (kept in one place so the numbers can be checked by hand):
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -272,7 +273,38 @@ def _size_stats(fl: list[Flight]) -> dict:
     }
 
 
-def _section(fl: list[Flight], held, released, s: float, e: float) -> dict:
+def _count(v: Any) -> float | None:
+    """A non-negative number read back from the journal, else None (the journal is input)."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    return float(v) if ok else None
+
+
+def _recovery_stats(events: list[Event]) -> dict:
+    """Kernels found dead and servers killed without grace, what was offered back and what was
+    taken, and the work lost: cells and seconds between the newest autosave and the death
+    (server/deaths.py journals ``kernel_died``/``server_killed`` with their offers)."""
+    offers: list[dict] = []
+    names: dict[str, int] = {}
+    for e in events:
+        names[e.event] = names.get(e.event, 0) + 1
+        found = [e.get("offer")] if e.event == "kernel_died" else \
+            e.get("offers") if e.event == "server_killed" else []
+        offers += [o for o in (found if isinstance(found, list) else []) if isinstance(o, dict)]
+    cells = [c for c in (_count(o.get("cells_lost")) for o in offers) if c is not None]
+    secs = [c for c in (_count(o.get("age_s")) for o in offers) if c is not None]
+    return {
+        "kernel_deaths": names.get("kernel_died", 0),
+        "server_kills": names.get("server_killed", 0),
+        "offered": sum(1 for o in offers if isinstance(o.get("checkpoint_id"), str)),
+        "restored": names.get("offer_restored", 0),
+        "dismissed": names.get("offer_dismissed", 0),
+        "cells_lost": int(sum(cells)),
+        "seconds_lost": round(sum(secs), 3),
+    }
+
+
+def _section(fl: list[Flight], held, released, s: float, e: float,
+             events: list[Event] = ()) -> dict:
     held_h = _accel_hours(held, s, e)
     rel_h = _accel_hours(released, s, e)
     return {
@@ -286,6 +318,7 @@ def _section(fl: list[Flight], held, released, s: float, e: float) -> dict:
         "resumes": _resume_stats(fl),
         "stops": _stop_stats(fl),
         "sizes": _size_stats(fl),
+        "recoveries": _recovery_stats(list(events)),
         "time_to_pause_s": distribution(f.time_to_pause for f in fl
                                         if f.kind == "pause" and f.time_to_pause is not None),
         "time_to_resume_s": distribution(f.time_to_resume for f in fl
@@ -319,12 +352,14 @@ def build_report(journal: History, *, period: str = "day", since: float | None =
     periods = []
     for s, e in _period_bounds(start, end, period):
         in_p = [f for f in fl if s <= f.requested < e or (f.requested == e == end)]
-        periods.append(_section(in_p, held, released, s, e))
+        evs = [x for x in events if s <= x.at < e or (x.at == e == end)]
+        periods.append(_section(in_p, held, released, s, e, evs))
     return {
         "window": {"start": iso(start), "end": iso(end), "period": period},
         "journal": {"path": journal.path, "events": len(events),
                     "skipped_lines": journal.skipped_lines},
-        "totals": _section(fl, held, released, start, end),
+        "totals": _section(fl, held, released, start, end,
+                           [x for x in events if start <= x.at <= end]),
         "periods": periods,
     }
 

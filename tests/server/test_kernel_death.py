@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,16 @@ def test_sigkill_of_a_kernel_offers_its_autosave_and_restore_brings_it_back(tmp_
         assert "kernel_died" in events and "offer_restored" in events
         code, _ = srv.call("POST", "jupyter-pause/api/offers/restore", {"path": "a.ipynb"})
         assert code == 404  # taken once
+        # The platform team's report counts the recovery and the work it lost.
+        code, out = srv.cli("report", "--json", "--state-dir", str(srv.tmp / "state"),
+                            "--period", "all")
+        assert code == 0, out
+        rc = json.loads(out)["report"]["totals"]["recoveries"]
+        assert rc == {"kernel_deaths": 1, "server_kills": 0, "offered": 1, "restored": 1,
+                      "dismissed": 0, "cells_lost": 0, "seconds_lost": offer["age_s"]}, rc
+        code, out = srv.cli("report", "--state-dir", str(srv.tmp / "state"))
+        assert code == 0 and "Recoveries: kernels died 1, servers killed 0; offered 1, " \
+            "restored 1, dismissed 0; work lost 0 cells" in out, out
     finally:
         srv.stop()
 
