@@ -122,7 +122,9 @@ class PauseMagics(Magics):
     @argument("--only", help="restore only these variables", **_NAMES)
     @argument("--recompute", action="store_true",
               help="re-run the recorded cells of variables that could not be stored")
-    @argument("--id", dest="checkpoint_id", help="a checkpoint id (default: the latest)")
+    @argument("--id", dest="checkpoint_id",
+              help="a checkpoint id, an autosave's too (default: the latest checkpoint you or a "
+              "pause took; after a kernel death, the state offered back)")
     @argument("--stream", help="checkpoint lineage (default: this notebook's path)")
     @argument("--process-state", action="store_true", dest="process_state",
               help="with --only: also put back random streams, cwd, settings (a full restore "
@@ -159,6 +161,11 @@ class PauseMagics(Magics):
             # After a death the offered checkpoint is the way back, even when this new kernel
             # autosaved its own (newer, smaller) state since.
             checkpoint_id = auto.offered
+        elif checkpoint_id is None and by == "magic":
+            # `%checkpoint`, a few cells, `%restore`: the person goes back to what they saved,
+            # not to the autosave of the cells they are undoing.
+            checkpoint_id = ops.newest_taken(store or namespace.default_store_url(),
+                                             namespace.default_key_path(), stream)
         bar = NotebookProgress("Restoring")
         try:
             with autosave.yielding(self.shell):

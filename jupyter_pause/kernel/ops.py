@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import checkpoint as cp
 from ..checkpoint.pickling import take_load_notes
+from ..checkpoint.retention import is_autosave
 from ..statefile import protected_ids
 from ..variables import as_row, is_recomputable, row, set_status
 from . import ipystate, liveness, namespace, provenance
@@ -142,6 +143,18 @@ def do_checkpoint(
             out_row["name"], out_row["kind"], out_row["size"] or 0, out_row["status"],
             out_row["reason"]))
     return res
+
+
+def newest_taken(store_url: str | None, key_path: str | None, stream: str) -> str | None:
+    """The newest checkpoint of ``stream`` that is not an autosave (one ``%checkpoint``, a pause
+    or a shutdown took), None when there is none: the engine's default, the newest of any kind,
+    then applies. Only authentic manifests are listed (the store is read as untrusted)."""
+    try:
+        store = cp.open_keyed_store(store_url, key_path)
+        return next((m.id for m in store.list(stream) if not is_autosave(m)), None)
+    except Exception:  # the read itself then reports what is wrong with the store
+        log.debug("cannot list the checkpoints of %s", stream, exc_info=True)
+        return None
 
 
 class Restored:

@@ -191,6 +191,20 @@ def test_autosaves_never_push_pause_checkpoints_out(kernel_factory: Any,
     assert 1 <= kinds.count("autosave") <= 3  # the newest few (Settings.keep)
 
 
+def test_restore_goes_back_to_the_checkpoint_not_to_the_autosave_since(
+        kernel_factory: Any, where: dict[str, str]) -> None:
+    """`%checkpoint`, a cell the person wants to undo, `%restore`: the checkpoint comes back,
+    although the autosave of the undone cell is newer; `--id` still takes an autosave."""
+    k = kernel_factory(**where)
+    k.ok("%load_ext jupyter_pause")
+    k.ok("z = 1\n%checkpoint")
+    m = autosave_of_cell(where, k.ok("z = 2").reply["content"]["execution_count"])
+    out = k.ok("%restore")
+    assert m.id not in out.text and k.eval("z") == 1
+    k.ok(f"%restore --id {m.id}")
+    assert k.eval("z") == 2
+
+
 def test_after_a_death_restore_takes_the_offered_autosave(kernel_factory: Any,
                                                          where: dict[str, str]) -> None:
     """The new kernel's own autosaves are newer and smaller: ``%restore`` still takes the one the
