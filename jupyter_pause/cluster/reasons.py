@@ -26,6 +26,7 @@ FAILURE_REASONS: dict[str, str] = {
     "kernel_start": "a kernel did not start on resume",
     "capacity": "no accelerator capacity to resume on",
     "snapshot_failed": "the pod snapshot failed",
+    "snapshot_not_wanted": "the platform took a pod snapshot of a stop that opted out of one",
     "snapshot_timeout": "the pod snapshot was not taken or not ready in time",
     "policy_mismatch": "the pod snapshot policy does not select this pod",
     "trigger_conflict": "a pod snapshot trigger of that name already exists",

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..checkpoint import open_keyed_store
 from ..checkpoint.retention import is_autosave
-from ..journal import parse_iso
+from ..journal import open_private, parse_iso
 from . import bridge
 from .iopub import watch_iopub
 from .previous import age_words
@@ -285,7 +285,11 @@ class Deaths:
             previous = {}  # unreadable: a marker all the same
         os.makedirs(self.app.state_dir, exist_ok=True)
         tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # one a killed start left: its mode is not ours to trust
+        # 0600 like everything in the state directory (it holds cell sources)
+        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump({"pid": os.getpid(), "started": _now_iso()}, f)
         os.replace(tmp, path)
         return previous
