@@ -290,6 +290,11 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         if self.disabled_reason:
             return
+        # What a pause means to the kernel and session managers, and the restore after a
+        # stop: in one place, kernelguard. Before the first await: the server may already
+        # answer requests while this method waits, and a session opened then must be guarded
+        # and restored like any other.
+        kernelguard.install(self.lifecycle)
         await self.lifecycle.start()
         self._started = True
         self._restarts = RestartWatch(serverapp)
@@ -297,9 +302,6 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
         self._deaths = Deaths(self)
         await self._deaths.start_after_kill()
         self._deaths.start()
-        # What a pause means to the kernel and session managers, and the restore after a
-        # stop: in one place, kernelguard.
-        kernelguard.install(self.lifecycle)
         self._renames = kernelguard.RenameWatch(self.lifecycle)
         self._renames.start()
         if self.checkpoint_on_shutdown:
