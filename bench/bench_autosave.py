@@ -37,6 +37,7 @@ from bench_checkpoint import GiB, Load, figure
 STATUS = ("__import__('jupyter_pause.kernel.autosave', fromlist=['_'])"
           ".get(get_ipython()).status()")
 TARGET_MS = 50.0
+HUGE_PAGES = True
 
 
 class Kernel:
@@ -48,6 +49,8 @@ class Kernel:
         env.update(JUPYTER_PAUSE_STORE_URL=os.path.join(root, "store"),
                    JUPYTER_PAUSE_KEY_PATH=os.path.join(root, "key"),
                    JPY_SESSION_NAME="bench.ipynb", JUPYTER_DATA_DIR=os.path.join(root, "data"))
+        if HUGE_PAGES:  # what the server gives its kernels (c.PauseApp.kernel_huge_pages)
+            env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
         self.root = root
         os.makedirs(root, exist_ok=True)
         self.km = KernelManager(kernel_name="python3")
@@ -289,7 +292,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sections", default="mixed,model", help="mixed, model, shutdown ((d) only)")
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir on disk)")
+    ap.add_argument("--no-huge-pages", action="store_true",
+                    help="kernels without THP_MEM_ALLOC_ENABLE (the server sets it by default)")
     args = ap.parse_args()
+    global HUGE_PAGES
+    HUGE_PAGES = not args.no_huge_pages
     q = args.quick
     args.model_gib = args.model_gib or (0.05 if q else 4.0)
     args.tensors = 20 if q and args.tensors == 150 else args.tensors
@@ -302,7 +309,8 @@ def main() -> None:
     if q:
         args.gap = min(args.gap, 0.4)
     root = tempfile.mkdtemp(prefix="jp-autosave-", dir=args.dir or "/var/tmp")
-    print(f"jupyter-pause autosave bench in {root} (quick={q})")
+    print(f"jupyter-pause autosave bench in {root} (quick={q}, kernels with huge pages: "
+          f"{HUGE_PAGES})")
     load = Load()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in load.before)}", flush=True)
     try:

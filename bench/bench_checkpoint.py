@@ -104,7 +104,7 @@ def rss() -> int:
 class PeakRSS:
     """Samples VmRSS every 5 ms from a thread."""
 
-    def __enter__(self) -> PeakRSS:  # noqa: PYI034
+    def __enter__(self) -> PeakRSS:
         self.base = rss()
         self.peak = self.base
         self._stop = threading.Event()

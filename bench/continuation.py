@@ -455,7 +455,7 @@ def run_folder(paths: Sequence[Path], methods: Sequence[str] = METHODS, *, jobs:
         runs = [_task(t) for t in tasks]
     out = []
     for i, p in enumerate(paths):
-        passes = dict(zip(modes, runs[i * len(modes):(i + 1) * len(modes)]))
+        passes = dict(zip(modes, runs[i * len(modes):(i + 1) * len(modes)], strict=False))
         out.append(compare(p, methods, passes))
     return out
 

@@ -97,7 +97,7 @@ class _Run:
         self.env, self.cwd = env, cwd
         self._cm: Any = None
 
-    def __enter__(self) -> _Run:  # noqa: PYI034
+    def __enter__(self) -> _Run:
         self._cm = self.client.setup_kernel(env=self.env, cwd=self.cwd)
         self._cm.__enter__()
         return self
@@ -182,7 +182,7 @@ def explain(before: str, after: str | None, width: int = 200) -> str:
     if after is None:
         return "missing after restore"
     i = next(
-        (i for i, (x, y) in enumerate(zip(before, after)) if x != y), min(len(before), len(after))
+        (i for i, (x, y) in enumerate(zip(before, after, strict=False)) if x != y), min(len(before), len(after))
     )
     lo = max(0, i - width // 2)
     return f"before ...{before[lo : i + width]!r}\n#     after  ...{after[lo : i + width]!r}"

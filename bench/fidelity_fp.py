@@ -210,7 +210,7 @@ class _FP:
                 if isinstance(cls.__dict__.get("__slots__"), (tuple, list, str))
                 else ()
             ):
-                s = s if not s.startswith("__") or s.endswith("__") else f"_{cls.__name__}{s}"
+                s = s if not s.startswith("__") or s.endswith("__") else f"_{cls.__name__}{s}"  # noqa: PLW2901 - the mangled name from here on
                 if s in ("__dict__", "__weakref__") or s in _VOLATILE:
                     continue
                 if hasattr(obj, s):

@@ -120,6 +120,28 @@ def damage_store(tmp: str) -> int:
     return n
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a process, the children it reaped and the descendants alive now: what a
+    resume costs the machine, whatever the overlap (its kernels live on after it)."""
+    import psutil
+
+    total = 0.0
+    try:
+        top = psutil.Process(pid)
+        t = top.cpu_times()
+        total += t.user + t.system + t.children_user + t.children_system
+        kids = top.children(recursive=True)
+    except psutil.Error:
+        return total
+    for k in kids:
+        try:
+            t = k.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass  # ended meanwhile: counted in its parent's children times once reaped
+    return total
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -333,20 +355,26 @@ def scaling(args: argparse.Namespace) -> int:
         out = proc.stdout + proc.stderr
         resumes = [float(x) for x in re.findall(r"resume\s+([0-9.]+) s", out)]
         cells = [float(x) for x in re.findall(r"to cell\s+([0-9.]+) s", out)]
+        cpus = [float(x) for x in re.findall(r"\(cpu\s+([0-9.]+) s\)", out)]
         if proc.returncode != 0 or not resumes:
             print(out[-3000:])
             print(f"{n} notebooks: the soak failed (exit code {proc.returncode})")
             return 1
-        rows.append((n, resumes, cells))
+        rows.append((n, resumes, cells, cpus))
+        cores = os.cpu_count() or 1
         print(f"resume, {n:>2} notebooks: p50 {pct(resumes, 0.5):5.2f} s  min "
               f"{min(resumes):5.2f} s  max {max(resumes):5.2f} s  (to cell p50 "
-              f"{pct(cells, 0.5):5.2f} s; n={len(resumes)}; load average before {before:.2f}, "
-              f"after {after:.2f})", flush=True)
-    (n0, r0, _), (n1, r1, _) = rows[0], rows[-1]
+              f"{pct(cells, 0.5):5.2f} s; CPU p50 {pct(cpus, 0.5):5.2f} s, i.e. at least "
+              f"{pct(cpus, 0.5) / cores:5.2f} s on {cores} cores; n={len(resumes)}; "
+              f"load average before {before:.2f}, after {after:.2f})", flush=True)
+    (n0, r0, _, _), (n1, r1, _, c1) = rows[0], rows[-1]
     ratio = pct(r1, 0.5) / pct(r0, 0.5)
+    floor = pct(c1, 0.5) / (os.cpu_count() or 1)
     print(f"resume of {n1} notebooks / {n0} notebook(s): {ratio:.2f}x (p50; "
           f"{os.cpu_count()} cores; transport {args.transport}; "
-          f"{'no torch' if args.without_torch else 'torch'} in the notebooks)")
+          f"{'no torch' if args.without_torch else 'torch'} in the notebooks); "
+          f"{n1} notebooks took {pct(r1, 0.5) / floor:.2f}x the time their CPU needs on these "
+          f"cores (1.0: every core busy throughout)")
     return 0
 
 
@@ -383,6 +411,7 @@ def main() -> int:
     failures: list[str] = []
     t_pause: list[float] = []
     t_resume: list[float] = []
+    cpu_resume: list[float] = []  # CPU seconds the server and its kernels spent on it
     t_cell: list[float] = []
     done = stops = 0
     try:
@@ -422,6 +451,7 @@ def main() -> int:
                 t_pause.append(time.perf_counter() - t0)
                 refused_while_paused(api, paths)
                 t0 = time.perf_counter()
+                cpu0 = tree_cpu(proc.pid)
                 code, body = api.call("POST", f"{API}/resume", {})
                 if code != 202:
                     raise CellError(f"POST resume answered {code}: {body.get('message')}")
@@ -429,6 +459,7 @@ def main() -> int:
                 if st["state"] != "ready":
                     raise CellError(f"resume failed: {reason(st)}")
                 t_resume.append(time.perf_counter() - t0)
+                cpu_resume.append(tree_cpu(proc.pid) - cpu0)
                 kernels = kernels_by_path(api)
                 for path in paths:
                     if path not in kernels:
@@ -460,7 +491,8 @@ def main() -> int:
                             raise CellError(f"{path} came back different after the stop: {wrong}")
                     stops += 1
                 print(f"cycle {n + 1:>4}/{args.cycles}: pause {t_pause[-1]:6.2f} s  "
-                      f"resume {t_resume[-1]:6.2f} s  to cell {t_cell[-1]:6.2f} s  "
+                      f"resume {t_resume[-1]:6.2f} s  (cpu {cpu_resume[-1]:6.2f} s)  "
+                      f"to cell {t_cell[-1]:6.2f} s  "
                       f"({st.get('outcome')})", flush=True)
             except (CellError, OSError, KeyError) as e:
                 msg = f"cycle {n + 1}: {type(e).__name__}: {e}"

@@ -24,41 +24,23 @@ import math
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .atomicfile import replace_file
 from .statefile import STATE_FILE, read_state
+from .vocabulary import JOURNAL_EVENTS
 
 JOURNAL_FILE = "journal.jsonl"
 _log = logging.getLogger(__name__)
 
-# The request that opens a flight, by flight kind.
-FLIGHT_REQUESTS = {"pause_requested": "pause", "resume_requested": "resume",
-                   "shutdown_requested": "stop"}
-# Every event the journal may hold (the contract other components read); the writer refuses
-# any other name, so a report never meets an event it does not know.
-EVENTS = frozenset({
-    *FLIGHT_REQUESTS, "activity",
-    # pause
-    "checkpoint_written", "snapshot_ready", "accelerator_released", "paused",
-    # resume
-    "waiting_for_capacity", "pod_scheduled", "verified", "restored", "kernel_usable",
-    "first_cell_ran", "ready",
-    # server stop
-    "stop_checkpoint_written", "stopped", "restored_after_stop",
-    # any flight
-    "failed",
-    # outside flights
-    "auto_pause_announced", "auto_pause_cancelled", "recomputed",
-    # a recorded notebook renamed through the server (its paused session follows it)
-    "renamed",
-    # a kernel died / a server was killed: the autosave offered, then restored or dismissed
-    "kernel_died", "server_killed", "offer_restored", "offer_dismissed",
-})
+# Every event the journal may hold (the contract other components read, named in
+# :mod:`.vocabulary`); the writer refuses any other name, so a report never meets an event it
+# does not know.
+EVENTS = frozenset(JOURNAL_EVENTS)
 
 
 # A journal line longer than this is skipped unread (a ready event with thousands of variables
@@ -316,24 +298,7 @@ class Journal:
 
     def save_state(self, state: dict[str, Any]) -> None:
         """temp file + fsync + rename + directory fsync: readers see the old or the new file."""
-        fd, tmp = tempfile.mkstemp(prefix=".state.", suffix=".tmp", dir=self.dir)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(state, f, default=str)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.state_path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        dfd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        replace_file(self.state_path, json.dumps(state, default=str), sync_dir=True)
 
 
 # ---------------------------------------------------------------------- the reader

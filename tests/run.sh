@@ -35,8 +35,9 @@ if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
 export PATH=$ROOT/.venv/bin:$PATH
 python -m pip install -q -U pip || install_failed "could not upgrade pip"
 python -m pip install -q "torch==2.13.0" || install_failed "could not install torch==2.13.0"
-echo "== pip install -e .[test] (builds the JupyterLab extension)"
-python -m pip install -q -e ".[test]"  # nothing runs without it: always fatal
+echo "== pip install -e ./kernel-package -e .[test] (builds the JupyterLab extension)"
+# The kernel side is its own distribution (kernel-package/), not on PyPI: pip takes it from here.
+python -m pip install -q -e ./kernel-package -e ".[test]"  # nothing runs without it: always fatal
 
 # configurable-http-proxy for the JupyterHub tests (from npm, cached outside the repo).
 CHP_CACHE=${CHP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jupyter-pause-chp}

@@ -41,13 +41,13 @@ def reason_literals() -> dict[str, list[str]]:
                 if any(isinstance(t, ast.Name) and t.id == "reason" for t in targets):
                     values.append(node.value)
             elif isinstance(node, ast.Dict):
-                values.extend(v for k, v in zip(node.keys, node.values)
+                values.extend(v for k, v in zip(node.keys, node.values, strict=False)
                               if isinstance(k, ast.Constant) and k.value == "reason")
             elif isinstance(node, ast.arguments):
                 params = [*node.posonlyargs, *node.args]
                 defaults = [None] * (len(params) - len(node.defaults)) + list(node.defaults)
-                values.extend(d for a, d in zip(params, defaults) if a.arg == "reason")
-                values.extend(d for a, d in zip(node.kwonlyargs, node.kw_defaults)
+                values.extend(d for a, d in zip(params, defaults, strict=False) if a.arg == "reason")
+                values.extend(d for a, d in zip(node.kwonlyargs, node.kw_defaults, strict=False)
                               if a.arg == "reason")
             for label in (x for v in values for x in _labels(v)):
                 found.setdefault(label, []).append(f"{rel}:{getattr(node, 'lineno', '?')}")

@@ -88,9 +88,7 @@ st = hypothesis.strategies
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
                      lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(), c, max_size=4),
                      max_leaves=20)
-_fields = st.fixed_dictionaries({}, optional={
-    k: _json for k in ("seq", "at", "event", "flight", "kind", "kernels", "checkpoints",
-                       "report", "trigger", "rows", "variables", "message", "durations")})
+_fields = st.fixed_dictionaries({}, optional=dict.fromkeys(("seq", "at", "event", "flight", "kind", "kernels", "checkpoints", "report", "trigger", "rows", "variables", "message", "durations"), _json))
 
 
 @hypothesis.settings(max_examples=300, deadline=None)

@@ -9,15 +9,15 @@ import pytest
 
 from jupyter_pause.journal import (
     EVENTS,
-    FLIGHT_REQUESTS,
     JOURNAL_FILE,
     Journal,
     parse_iso,
     parse_time,
     read_journal,
 )
-from jupyter_pause.policy.report import COMPUTE_BACK
+from jupyter_pause.policy.costreport import COMPUTE_BACK
 from jupyter_pause.statefile import STATE_FILE, read_state
+from jupyter_pause.vocabulary import FLIGHT_REQUESTS
 
 
 def test_the_writer_refuses_an_event_outside_the_vocabulary(tmp_path):

@@ -29,7 +29,7 @@ class BlobPool:
     ) -> None:
         self.store, self.txn, self.cache = store, txn, cache
         self.pool = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="jp-ckpt")
-        self.futures: list[cf.Future] = []
+        self.futures: list[cf.Future[Any]] = []
         self.progress = progress
         self.done = 0
         self.known = 0
@@ -67,8 +67,8 @@ class BlobPool:
         return ok
 
     def put(
-        self, chunks: Iterable | Callable[[], Iterable], kind: str, size: int, cached: bool = True
-    ) -> cf.Future:
+        self, chunks: Iterable[Any] | Callable[[], Iterable[Any]], kind: str, size: int, cached: bool = True
+    ) -> cf.Future[Any]:
         """Write a blob in the pool; the future gives its digest. With a cache (and ``cached``),
         bytes the previous checkpoint already stored are not written again."""
         self.known += size

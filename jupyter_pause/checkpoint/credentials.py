@@ -101,7 +101,7 @@ def _at(endpoint: str | None) -> str:
 def _file_kind(path: str) -> str:
     try:
         with open(path) as f:
-            kind = json.load(f).get("type", "unknown type")
+            kind = str(json.load(f).get("type", "unknown type"))
     except (OSError, ValueError, AttributeError):
         return "unreadable"
     return {"service_account": "service account key",

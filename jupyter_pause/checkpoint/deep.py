@@ -66,7 +66,8 @@ def call_deep(fn: Callable[[], T]) -> T:
             sys.setrecursionlimit(old)
     if "error" in out:
         raise out["error"]
-    return out["value"]
+    value: T = out["value"]
+    return value
 
 
 def _start(target: Callable[[], None], go: threading.Event) -> tuple[threading.Thread, int]:

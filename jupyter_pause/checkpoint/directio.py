@@ -115,7 +115,7 @@ class DirectSink:
         self.fd, self.direct, self.path = fd, direct, path
         self.bounce = Bounce(bounce_size(size_hint))
         self.io = cf.ThreadPoolExecutor(1, thread_name_prefix="jp-dio")
-        self.inflight: list[tuple[cf.Future, memoryview]] = []
+        self.inflight: list[tuple[cf.Future[Any], memoryview]] = []
         self.cur: memoryview | None = None
         self.fill = 0
         self.offset = 0  # file offset of the current buffer
@@ -270,11 +270,11 @@ def read_file(
     spans = [(a, min(a + READ_PIECE, aligned)) for a in range(0, aligned, READ_PIECE)]
     done = 0
     pool = cf.ThreadPoolExecutor(READ_DEPTH, thread_name_prefix="jp-dread")  # threads: lazily
-    futs: list[cf.Future] = []
+    futs: list[cf.Future[int]] = []
     try:
         for a, b in spans:
             futs.append(pool.submit(piece, a, b))
-        for (a, b), f in zip(spans, futs):
+        for (a, b), f in zip(spans, futs, strict=False):
             r = f.result()
             hasher.update(mv[a : a + r])
             done += r

@@ -104,6 +104,7 @@ def mismatches(recorded: dict[str, Any], needs_torch: bool) -> list[str]:
     for pkg in ("numpy", "pandas", "scikit-learn"):
         a = (recorded.get("packages") or {}).get(pkg)
         b = here["packages"].get(pkg)
-        if a and b and _minor(a)[0] != _minor(b)[0]:
+        ma, mb = _minor(a), _minor(b)
+        if ma and mb and ma[0] != mb[0]:
             out.append(f"written with {pkg} {a}, restoring on {b}")
     return out

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import Any
 
-Stamp = tuple
+Stamp = tuple[Any, ...]
 
 _MAX = 200_000  # remembered blobs per process (the oldest are forgotten: they are rewritten)
 _good: OrderedDict[tuple[str, str], Stamp] = OrderedDict()

@@ -163,11 +163,12 @@ class _Walker:
         self.deadline: float | None = None
         self.tick: Callable[[int], None] | None = None
         self.last_tick = time.monotonic()
+        self.byte_bounds: Callable[[Any], tuple[int, int]] | None
         try:
             from numpy.lib.array_utils import byte_bounds
+            self.byte_bounds = byte_bounds
         except ImportError:  # numpy < 2
-            byte_bounds = getattr(np, "byte_bounds", None)
-        self.byte_bounds = byte_bounds
+            self.byte_bounds = getattr(np, "byte_bounds", None)
 
     def walk(self, vi: int, value: Any) -> None:
         """Breadth-first over everything variable ``vi`` reaches."""
@@ -218,7 +219,7 @@ class _Walker:
 
     def flush_leaves(self, vi: int) -> None:
         np, ids = self.np, self.pending
-        if ids:
+        if ids and np is not None:  # leaf ids are gathered only with numpy (add_leaves)
             self.leaves.append((vi, np.array(ids, dtype=np.int64)))
             self.pending = []
 
@@ -232,7 +233,7 @@ class _Walker:
             self.uf.union(o, vi)
         return False
 
-    def slow(self, r: Any, vi: int, nxt: list) -> None:
+    def slow(self, r: Any, vi: int, nxt: list[Any]) -> None:
         """An object that needs a decision: pickled by name, or keyed by the memory it views."""
         if isinstance(r, types.ModuleType) or (
             isinstance(r, (type, types.FunctionType)) and _by_reference(r)
@@ -271,7 +272,7 @@ class _Walker:
         if i not in self.stop_ids and self.claim(i, vi):
             nxt.append(r)  # a class or function defined in the notebook: walk into it
 
-    def weak(self, r: Any, vi: int, nxt: list) -> None:
+    def weak(self, r: Any, vi: int, nxt: list[Any]) -> None:
         """A weakref, proxy or finalizer: its own referents (a callback), and its target."""
         if self.claim(id(r), vi):
             nxt.append(r)
@@ -279,7 +280,7 @@ class _Walker:
             if target is not None:
                 self.walk_into(target, vi, nxt)
 
-    def walk_into(self, r: Any, vi: int, nxt: list) -> None:
+    def walk_into(self, r: Any, vi: int, nxt: list[Any]) -> None:
         """One object reached other than through gc referents (a weakref's referent)."""
         if isinstance(r, _ATOMIC) or id(r) in self.stop_ids:
             return
@@ -309,7 +310,7 @@ class _Walker:
             return
         self.mem.append((lo, hi, vi, base))
 
-    def add_leaves(self, vi: int, objs: list, nxt: list) -> None:
+    def add_leaves(self, vi: int, objs: list[Any], nxt: list[Any]) -> None:
         """Untracked mutable objects: record their identity; an untracked dict can still hold
         non-gc objects such as numpy arrays or bytearrays, so look one level in."""
         if not objs:
@@ -338,7 +339,7 @@ class _Walker:
         else:
             self.leaf_sets.setdefault(vi, set()).update(map(id, objs))
 
-    def step(self, refs: list, vi: int, frontier: list) -> None:
+    def step(self, refs: list[Any], vi: int, frontier: list[Any]) -> None:
         """One batch of referents of variable vi's current level."""
         if len(refs) <= _SMALL:
             refs = self.step_small(refs, vi, frontier)
@@ -385,7 +386,7 @@ class _Walker:
         frontier.extend({id(r): r for r in cands if id(r) in new}.values())
 
 
-    def step_small(self, refs: list, vi: int, frontier: list) -> list:
+    def step_small(self, refs: list[Any], vi: int, frontier: list[Any]) -> list[Any]:
         """A few referents (a deep chain's level): plain tracked objects handled one by one,
         which for a handful beats building the vectorised lists; returns the rest for step."""
         owner, stop, slow_t, leafy = self.owner, self.stop_ids, self.slow_tracked, self.leafy
@@ -415,7 +416,7 @@ class _Walker:
 
 _PROXIES = (weakref.ProxyType, weakref.CallableProxyType)
 # matched by exact type, a cheap set lookup per object (subclasses of these are rare)
-_WEAK = frozenset(_PROXIES + (weakref.ref, weakref.KeyedRef, weakref.WeakMethod, weakref.finalize))
+_WEAK = frozenset((*_PROXIES, weakref.ref, weakref.KeyedRef, weakref.WeakMethod, weakref.finalize))
 
 
 def _weak_target(r: Any) -> Any:
@@ -423,7 +424,8 @@ def _weak_target(r: Any) -> Any:
     record (its weakref, function and arguments live in a class-level registry, not in it)."""
     if type(r) not in _PROXIES:  # isinstance() on a proxy would ask its (maybe dead) referent
         if isinstance(r, weakref.finalize):
-            return weakref.finalize._registry.get(r)
+            # CPython's own table of live finalizers (no public way to their callback)
+            return weakref.finalize._registry.get(r)  # type: ignore[attr-defined]
         return weakref.ref.__call__(r)
     from .reducers.weakrefs import proxy_target
 
@@ -431,7 +433,7 @@ def _weak_target(r: Any) -> Any:
     return target if target is not None and type(target) is not object else None
 
 
-def _batches(level: list) -> Any:
+def _batches(level: list[Any]) -> Any:
     """The referents of ``level`` in slices of _BATCH. Each slice is a few milliseconds of C
     work; between slices the interpreter can hand the GIL to the blob-writer threads, which a
     single pass over a million objects would starve for a second or more."""
@@ -441,7 +443,8 @@ def _batches(level: list) -> Any:
             yield refs[j : j + _BATCH]
 
 
-def _union_shared_leaves(np: Any, uf: _UF, owner: dict, leaves: list, leaf_sets: dict) -> None:
+def _union_shared_leaves(np: Any, uf: _UF, owner: dict[Any, int], leaves: list[Any],
+                         leaf_sets: dict[int, Any]) -> None:
     """Union variables that reach the same untracked leaf (or a leaf that is another variable's
     tracked object): one vectorised sort instead of a hash insert per leaf."""
     if np is not None and leaves:
@@ -469,7 +472,7 @@ def _union_shared_leaves(np: Any, uf: _UF, owner: dict, leaves: list, leaf_sets:
             seen.update(dict.fromkeys(ids - seen.keys(), vi))
 
 
-def _union_shared_memory(mem: list[tuple[int, int, int, Any]], uf: _UF) -> list:
+def _union_shared_memory(mem: list[tuple[int, int, int, Any]], uf: _UF) -> list[Any]:
     """Union variables whose arrays/storages overlap in memory (one sort, one sweep); returns
     the members of overlaps that mix numpy and torch, for the pickler to rebuild together."""
     if len(mem) < 2:
@@ -479,7 +482,7 @@ def _union_shared_memory(mem: list[tuple[int, int, int, Any]], uf: _UF) -> list:
     cluster = [mem[0]]
     hi = mem[0][1]
 
-    def close(c: list) -> None:
+    def close(c: list[Any]) -> None:
         if len(c) > 1 and len({type(m[3]).__module__.split(".")[0] for m in c}) > 1:
             out.extend((lo_, hi_, obj) for lo_, hi_, _vi, obj in c)
 

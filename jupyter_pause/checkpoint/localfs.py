@@ -10,7 +10,6 @@ import contextlib
 import errno
 import logging
 import os
-import secrets
 import stat
 import sys
 from collections.abc import Callable, Iterable
@@ -111,43 +110,10 @@ def narrow_folders(folders: Iterable[str]) -> None:
                         d, st.st_mode & 0o777, e.strerror or e)
 
 
-def fsync_dir(path: str) -> None:
-    if os.name == "nt":  # directories cannot be opened for fsync there
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_all(fd: int, mv: memoryview) -> None:
     while len(mv):
         n = os.write(fd, mv)
         mv = mv[n:]
-
-
-def replace_small(path: str, data: bytes, durable: bool = True) -> None:
-    """Write ``data`` to a private temp file beside ``path`` (fsync'd when ``durable``) and
-    rename it into place: readers see the old file or the new one, never a part."""
-    tmp = f"{path}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        write_all(fd, memoryview(data))
-        if durable:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
 
 
 def write_hashed(

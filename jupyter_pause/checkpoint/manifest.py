@@ -178,3 +178,5 @@ class ReadResult:
     bytes_read: int = 0
     seconds: float = 0.0
     process_state: list[VariableReport] = field(default_factory=list)  # what was put back
+    # variable -> what did not come back with it (it is in ``values``, but only in part)
+    load_notes: dict[str, list[str]] = field(default_factory=dict)

@@ -203,7 +203,7 @@ def describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {s[0][:300]}" if s else type(e).__name__
 
 
-def on_loop(fs: Any, coro: Any) -> cf.Future:
+def on_loop(fs: Any, coro: Any) -> cf.Future[Any]:
     """Schedule ``coro`` on the file system's event loop thread (fsspec's I/O thread)."""
     return asyncio.run_coroutine_threadsafe(coro, fs.loop)
 
@@ -274,8 +274,8 @@ def download(
     return got
 
 
-def _done(fn: Callable[..., Any], *a: Any, **kw: Any) -> cf.Future:
-    f: cf.Future = cf.Future()
+def _done(fn: Callable[..., Any], *a: Any, **kw: Any) -> cf.Future[Any]:
+    f: cf.Future[Any] = cf.Future()
     try:
         f.set_result(fn(*a, **kw))
     except BaseException as e:  # noqa: BLE001 - delivered through the future

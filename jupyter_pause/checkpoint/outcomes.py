@@ -7,7 +7,9 @@ from the pickler.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -23,17 +25,22 @@ class StaleObject(SkipVariable):
     status = "stale"
 
 
+# The load under way in this thread: a reducer's rebuild function is called by the unpickler
+# with nothing but its own arguments, so this is its only way to the load it is part of. It lives
+# for one unpickling (:func:`collecting_notes`); what it gathered leaves as a return value.
 _notes = threading.local()
 
 
-def start_notes() -> list[tuple[Any, str]]:
-    """Collect :func:`note_loaded` calls of this thread (until :func:`stop_notes`)."""
-    _notes.current = []
-    return _notes.current
-
-
-def stop_notes() -> None:
-    _notes.current = None
+@contextlib.contextmanager
+def collecting_notes() -> Iterator[list[tuple[Any, str]]]:
+    """Gather this thread's :func:`note_loaded` calls within the block, into the list given."""
+    previous = getattr(_notes, "current", None)
+    collected: list[tuple[Any, str]] = []
+    _notes.current = collected
+    try:
+        yield collected
+    finally:
+        _notes.current = previous
 
 
 def note_loaded(obj: Any, note: str) -> None:
@@ -44,11 +51,9 @@ def note_loaded(obj: Any, note: str) -> None:
         notes.append((obj, note))
 
 
-def attribute_notes(got: dict[str, Any], notes: list[tuple[Any, str]]) -> None:
-    """Record each note against the variables of ``got`` that hold its object."""
-    by_name = getattr(_notes, "by_name", None)
-    if by_name is None:
-        by_name = _notes.by_name = {}
+def notes_by_variable(got: dict[str, Any], notes: list[tuple[Any, str]]) -> dict[str, list[str]]:
+    """Variable of ``got`` -> what did not come back with it, from the notes of its load."""
+    by_name: dict[str, list[str]] = {}
     for obj, note in notes:
         owners = [n for n, v in got.items() if v is obj]
         if owners:
@@ -57,10 +62,4 @@ def attribute_notes(got: dict[str, Any], notes: list[tuple[Any, str]]) -> None:
         else:  # held inside a variable (or several linked ones): all of them are affected
             for n in got:
                 by_name.setdefault(n, []).append(f"holds an object whose {note}")
-
-
-def take_load_notes() -> dict[str, list[str]]:
-    """Variable -> what did not come back with it, for the loads since the last call."""
-    out = getattr(_notes, "by_name", None) or {}
-    _notes.by_name = {}
-    return out
+    return by_name

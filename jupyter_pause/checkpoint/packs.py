@@ -128,7 +128,7 @@ class TensorPacks:
         pack_max = self.run.store.pack_max
         if pack_max:
             nshards = max(nshards, min(len(new), -(-total // pack_max)))
-        shards: list[list] = [[] for _ in range(nshards)]
+        shards: list[list[Any]] = [[] for _ in range(nshards)]
         loads = [0] * nshards
         for item in sorted(new, key=lambda t: -t[1].nbytes()):
             i = loads.index(min(loads))

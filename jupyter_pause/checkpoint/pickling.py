@@ -40,14 +40,12 @@ from typing import Any
 from . import reducers
 from .deep import call_deep
 
-# SkipVariable, StaleObject and take_load_notes: callers outside the package import them here too
-from .outcomes import (  # noqa: F401
+# SkipVariable and StaleObject: callers outside the package import them here too
+from .outcomes import (
     SkipVariable,
     StaleObject,
-    attribute_notes,
-    start_notes,
-    stop_notes,
-    take_load_notes,
+    collecting_notes,
+    notes_by_variable,
 )
 from .reducers import weakrefs
 
@@ -117,8 +115,8 @@ def _unser_reasons() -> list[tuple[tuple[type, ...], str]]:
     return out
 
 
-_STALE_LIST: list = []
-_UNSER_LIST: list = []
+_STALE_LIST: list[Any] = []
+_UNSER_LIST: list[Any] = []
 _SAFE_IO: tuple[type, ...] = (io.BytesIO, io.StringIO)
 
 
@@ -267,7 +265,7 @@ def _identity(x: Any) -> Any:
     return x
 
 
-def _rebuild_view(root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
+def _rebuild_view(root: Any, offset: int, shape: tuple[Any, ...], strides: tuple[Any, ...], dtype: Any) -> Any:
     """A numpy view onto its (restored) root array, so views keep sharing memory."""
     import numpy as np
 
@@ -276,7 +274,7 @@ def _rebuild_view(root: Any, offset: int, shape: tuple, strides: tuple, dtype: A
     return np.ndarray(shape, dtype=dtype, buffer=raw, offset=offset, strides=strides)
 
 
-def _array_over_storage(us: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
+def _array_over_storage(us: Any, offset: int, shape: tuple[Any, ...], strides: tuple[Any, ...], dtype: Any) -> Any:
     """A numpy array over a restored torch storage (``Tensor.numpy()`` memory): they share."""
     import torch
 
@@ -302,12 +300,13 @@ def _storage_over_array(root: Any, offset: int, nbytes: int, dtype: str | None) 
 def _extent(a: Any) -> tuple[int, int]:
     try:
         from numpy.lib.array_utils import byte_bounds
-    except ImportError:  # numpy < 2
-        from numpy import byte_bounds
-    return byte_bounds(a)
+    except ImportError:  # numpy < 2 (whose stubs are not the ones installed here)
+        from numpy import byte_bounds  # type: ignore[attr-defined,no-redef]
+    bounds: tuple[int, int] = byte_bounds(a)
+    return bounds
 
 
-def _owner_of(lo: int, hi: int, shared: list, kind: type) -> tuple[int, Any] | None:
+def _owner_of(lo: int, hi: int, shared: list[Any], kind: type) -> tuple[int, Any] | None:
     """(start, object) of a ``kind`` entry of ``shared`` whose memory holds [lo, hi)."""
     for s_lo, s_hi, o in shared:
         if isinstance(o, kind) and s_lo <= lo and hi <= s_hi:
@@ -315,7 +314,7 @@ def _owner_of(lo: int, hi: int, shared: list, kind: type) -> tuple[int, Any] | N
     return None
 
 
-def _numpy_over_torch(obj: Any, shared: list) -> Any:
+def _numpy_over_torch(obj: Any, shared: list[Any]) -> Any:
     """An array whose memory torch owns (its base chain ends in a tensor, not an ndarray):
     reduced over that storage, which the group's tensors save anyway."""
     import numpy as np
@@ -362,7 +361,7 @@ class Ctx:
     """What one pickling attempt collected: out-of-band buffers and storages."""
 
     def __init__(self, oob_min: int = OOB_MIN, array_ids: set[int] | None = None,
-                 shared_mem: list | None = None) -> None:
+                 shared_mem: list[Any] | None = None) -> None:
         self.oob_min = oob_min
         self.array_ids = array_ids or set()
         self.shared_mem = shared_mem or []  # see graph.Walk.shared_mem
@@ -383,7 +382,7 @@ class Ctx:
         self.buffers.append(mv)
         return False
 
-    def storage_ref(self, obj: Any) -> tuple:
+    def storage_ref(self, obj: Any) -> tuple[Any, ...]:
         torch = sys.modules["torch"]
         if isinstance(obj, torch.storage.TypedStorage):
             us, dtype = obj._untyped_storage, str(obj.dtype).replace("torch.", "")
@@ -402,7 +401,7 @@ class Ctx:
         return (_load_storage, (idx, dtype))
 
 
-    def _over_numpy(self, us: Any, dtype: str | None) -> tuple | None:
+    def _over_numpy(self, us: Any, dtype: str | None) -> tuple[Any, ...] | None:
         """A storage inside memory a numpy array owns (``torch.from_numpy``): rebuilt over
         that array, which then travels in the stream instead of a pack."""
         import numpy as np
@@ -422,7 +421,7 @@ def _override(self: Any, obj: Any, strict: bool) -> Any:
     if k is None:
         k = _kind_cache[t] = _classify(t)
     kind = k[0]
-    if kind == _PLAIN or kind == _REDUCER or kind == _STALE_KIND:
+    if kind in (_PLAIN, _REDUCER, _STALE_KIND):
         r = _as_global(obj, self.ctx.module_globals)
         if r is not NotImplemented or kind == _PLAIN:
             return r
@@ -480,7 +479,7 @@ def _dill_class() -> type:
     if _dill_pickler is None:
         import dill
 
-        class DillPickler(dill.Pickler):
+        class DillPickler(dill.Pickler):  # type: ignore[misc]  # dill ships no types
             """dill for what the standard pickler refuses, buffers out of band as above."""
 
             def __init__(self, file: Any, ctx: Ctx) -> None:
@@ -523,7 +522,7 @@ class _Frames:
 
 def dump_group(
     values: dict[str, Any], oob_min: int = OOB_MIN, array_ids: set[int] | None = None,
-    shared_mem: list | None = None,
+    shared_mem: list[Any] | None = None,
 ) -> tuple[bytes, str, Ctx]:
     """Pickle ``values`` (name -> object) as one stream. Returns (stream, pickler name, ctx).
 
@@ -544,7 +543,7 @@ _TOO_DEEP = ("nested too deeply to pickle, even on a large stack (RecursionError
 
 
 def _dump(values: dict[str, Any], oob_min: int, array_ids: set[int] | None,
-          shared_mem: list | None) -> tuple[bytes, str, Ctx]:
+          shared_mem: list[Any] | None) -> tuple[bytes, str, Ctx]:
     ctx = Ctx(oob_min, array_ids, shared_mem)
     buf = _Frames()
     try:
@@ -560,30 +559,30 @@ def _dump(values: dict[str, Any], oob_min: int, array_ids: set[int] | None,
     return buf.getvalue(), "dill", ctx
 
 
-def load_group(stream: Any, pickler: str, buffers: list, resolver: Any) -> dict[str, Any]:
+def load_group(stream: Any, pickler: str, buffers: list[Any], resolver: Any
+               ) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """Unpickle one group: its values by name, and for each variable that came back only in
+    part what is missing (notes of the reducers, e.g. a tensor without its autograd graph)."""
     try:
         got, notes = _load_group(stream, pickler, buffers, resolver)
     except RecursionError:  # a deep structure's __setstate__ chain etc.: on a big stack
         got, notes = call_deep(lambda: _load_group(stream, pickler, buffers, resolver))
-    if notes and isinstance(got, dict):
-        attribute_notes(got, notes)  # in the caller's thread: the notes are thread-local
-    return got
+    return got, (notes_by_variable(got, notes) if notes and isinstance(got, dict) else {})
 
 
-def _load_group(stream: Any, pickler: str, buffers: list, resolver: Any) -> tuple[Any, list]:
+def _load_group(stream: Any, pickler: str, buffers: list[Any], resolver: Any) -> tuple[Any, list[Any]]:
     _load.resolver = resolver
-    notes = start_notes()
     weakrefs.start()
     try:
-        if pickler == "dill":
-            import dill
+        with collecting_notes() as notes:
+            if pickler == "dill":
+                import dill
 
-            got = dill.Unpickler(io.BytesIO(stream), buffers=buffers).load()
-        else:
-            got = pickle.Unpickler(io.BytesIO(stream), buffers=buffers).load()
-        weakrefs.finish()  # the unpickler's memo is gone: a referent only it held died
+                got = dill.Unpickler(io.BytesIO(stream), buffers=buffers).load()
+            else:
+                got = pickle.Unpickler(io.BytesIO(stream), buffers=buffers).load()
+            weakrefs.finish()  # the unpickler's memo is gone: a referent only it held died
     finally:
         _load.resolver = None
         weakrefs.stop()
-        stop_notes()
     return got, notes

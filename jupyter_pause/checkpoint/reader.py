@@ -27,7 +27,7 @@ PARALLEL_MIN = 1 << 20  # blobs at least this big are verified two at a time
 class _Verifier:
     """Reads every needed blob once, hashing as it goes; nothing is unpickled until all pass."""
 
-    def __init__(self, store: Store, manifest: Any, progress: Callable | None, total: int) -> None:
+    def __init__(self, store: Store, manifest: Any, progress: Callable[..., Any] | None, total: int) -> None:
         self.store, self.m = store, manifest
         self.progress, self.total = progress, total
         self.done = 0
@@ -138,10 +138,11 @@ class _Verifier:
                 while pending:
                     done, pending = cf.wait(pending, timeout=0.1, return_when=cf.FIRST_EXCEPTION)
                     for f in done:
-                        if f.exception() is not None:
+                        err = f.exception()
+                        if err is not None:
                             for p in pending:
                                 p.cancel()
-                            raise f.exception()
+                            raise err
                     self.report()
         self.report()
 
@@ -163,7 +164,7 @@ def _private_buffer(n: int) -> Any:
     return bytearray(n)
 
 
-def _remember(store: Store, m: Any, g: dict, storages: dict) -> None:
+def _remember(store: Store, m: Any, g: dict[str, Any], storages: dict[int, Any]) -> None:
     """Tell the process's write caches which pack entries came back as storages (on the device
     they were recorded on): the next write reuses those whose bytes still hash the same."""
     entries = []
@@ -193,6 +194,9 @@ def read(
     t0 = time.monotonic()
     if not isinstance(store, Store):
         store = open_store(store)
+    if not key:
+        raise CheckpointError("no checkpoint key given: a checkpoint is verified with its key "
+                              "before anything in it is unpickled")
     if device not in ("auto", "cpu") and not device.startswith("cuda"):
         raise CheckpointError(f"unknown device policy {device!r} (use auto, cpu or cuda:N)")
     m, skipped = store.choose(key, stream, checkpoint_id)
@@ -232,11 +236,12 @@ def read(
     storages: dict[int, Any] = {}
     packs = _tensors.PackReader(lambda d: _tensors.open_pack_buffer(ver.data[d]))
     values: dict[str, Any] = {}
+    load_notes: dict[str, list[str]] = {}
     failed: dict[str, str] = {}
     try:
         for _gi, g in groups:
 
-            def resolver(idx: int, g: dict = g) -> Any:
+            def resolver(idx: int, g: dict[str, Any] = g) -> Any:
                 ti = g["tensors"][idx]
                 us = storages.get(ti)
                 if us is None:
@@ -252,7 +257,7 @@ def read(
             stream_mv = memoryview(blob)[s["offset"] : s["offset"] + s["length"]]
             buffers = [ver.data[b] for b in g["buffers"]]
             try:
-                got = load_group(stream_mv, g["pickler"], buffers, resolver)
+                got, group_notes = load_group(stream_mv, g["pickler"], buffers, resolver)
             except Exception as e:  # noqa: BLE001 - e.g. a module missing here
                 for n in g["names"]:
                     failed[n] = reason_of(e)
@@ -260,6 +265,8 @@ def read(
             for n in g["names"]:
                 if wanted is None or n in wanted:
                     values[n] = got[n]
+                    if n in group_notes:
+                        load_notes[n] = group_notes[n]
             if g["tensors"]:
                 _remember(store, m, g, storages)
     finally:
@@ -290,4 +297,5 @@ def read(
         bytes_read=total,
         seconds=time.monotonic() - t0,
         process_state=proc,
+        load_notes=load_notes,
     )

@@ -51,7 +51,8 @@ def plan(
     by_stream: dict[tuple[str, bool], list[Manifest]] = defaultdict(list)
     for m in manifests:
         by_stream[(m.stream, is_autosave(m))].append(m)
-    delete, kept = [], []
+    delete: list[Manifest] = []
+    kept: list[Manifest] = []
     for ms in by_stream.values():
         # the signed id, bound to the file name: a forged ``created`` cannot push real ones out
         ms.sort(key=lambda m: m.id, reverse=True)
@@ -87,7 +88,9 @@ def plan_autosaves(manifests: Iterable[Manifest], *, keep: int, max_bytes: int |
     between them make that an upper bound). The newest is always kept."""
     protected = set(protected)
     ms = sorted((m for m in manifests if is_autosave(m)), key=lambda m: m.id, reverse=True)
-    delete, kept, total = [], [], 0
+    delete: list[Manifest] = []
+    kept: list[Manifest] = []
+    total = 0
     for rank, m in enumerate(ms):
         total += max(0, int(m.bytes_total or 0))
         over = rank >= max(1, keep) or (max_bytes is not None and rank > 0 and total > max_bytes)

@@ -53,6 +53,7 @@ from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
 
+from ..atomicfile import fsync_dir, replace_file
 from . import goodblobs, localfs, objectstore, uploads
 from .errors import CheckpointError, IntegrityError, NotFoundError, StorageFullError
 from .manifest import Manifest, parse, verify
@@ -296,7 +297,7 @@ class Store:
                 if isinstance(v, (int, float)):
                     return float(v)
                 if hasattr(v, "timestamp"):
-                    return v.timestamp()
+                    return float(v.timestamp())
         except (FileNotFoundError, OSError):
             pass
         return 0.0
@@ -314,7 +315,7 @@ class Store:
             return localfs.read_regular(path, limit)
         if limit is not None and int(self.fs.size(path)) > limit:
             raise IntegrityError(f"{path} is too large to be a manifest")
-        return self.fs.cat_file(path)
+        return bytes(self.fs.cat_file(path))
 
     def abort_stale_uploads(self, before: float) -> int:
         """Object stores: abort unfinished multipart uploads of blobs started before ``before``
@@ -331,7 +332,7 @@ class Store:
 
     def _write_small(self, path: str, data: bytes, durable: bool = True) -> None:
         if self.local:
-            localfs.replace_small(path, data, durable)
+            replace_file(path, data, durable=durable)
         else:
             with self.fs.open(path, "wb") as f:
                 f.write(data)
@@ -430,7 +431,7 @@ class Store:
             raise self._os_error(e, "writing a blob") from None
 
     def _put_local(
-        self, txn: Txn, chunks: Any, progress: Callable | None, size_hint: int = 0
+        self, txn: Txn, chunks: Any, progress: Callable[..., Any] | None, size_hint: int = 0
     ) -> tuple[str, int]:
         tmp = self._join("tmp", f"{txn.id}-{secrets.token_hex(6)}.part")
         txn.temps.add(tmp)
@@ -460,7 +461,7 @@ class Store:
         return digest, size
 
     def _put_remote(
-        self, txn: Txn, chunks: Any, progress: Callable | None, size_hint: int = 0
+        self, txn: Txn, chunks: Any, progress: Callable[..., Any] | None, size_hint: int = 0
     ) -> tuple[str, int]:
         # Name first (hash the bytes where they lie), then stream to the final name; the upload
         # commits only if what it sent hashes to that name (see objectstore's docstring).
@@ -494,7 +495,7 @@ class Store:
         if self.local:
             # new subdirectories are only durable once their parents are synced too
             for d in sorted(txn.dirs | {self._join("blobs"), self.root}):
-                localfs.fsync_dir(d)
+                fsync_dir(d)
 
     def publish(self, txn: Txn, stream: str, manifest_bytes: bytes) -> None:
         path = self.manifest_path(stream, txn.id)
@@ -504,7 +505,7 @@ class Store:
             if self.local:
                 slug_dir = os.path.dirname(path)
                 for d in (slug_dir, os.path.dirname(slug_dir), self.root):
-                    localfs.fsync_dir(d)
+                    fsync_dir(d)
         except OSError as e:
             self.remove(path)
             raise self._os_error(e, "writing the manifest") from None
@@ -592,6 +593,9 @@ class Store:
     ) -> tuple[Manifest, list[dict[str, str]]]:
         """The verified manifest of ``checkpoint_id`` (or the newest authentic one of ``stream``)
         and the unverifiable manifest files skipped on the way (newer than the one chosen)."""
+        if not key:  # what it returns is loaded: never an unauthenticated manifest
+            raise CheckpointError("no checkpoint key given: a checkpoint is verified with its "
+                                  "key before anything in it is read")
         if checkpoint_id is not None:
             self.find_manifest(checkpoint_id)  # NotFoundError when no folder has it
             # a forged copy under the same name in another folder must not hide the real one

@@ -10,7 +10,7 @@ import json
 import struct
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .errors import CheckpointError
@@ -106,7 +106,8 @@ HASH_PIECE = 4 << 20  # hashed just before the writer copies it: still in the CP
 
 
 def pack_chunks(entries: list[tuple[str, Any, str]],
-                record: Callable[[str, str], None] | None = None, hash_names: Any = ()):
+                record: Callable[[str, str], None] | None = None,
+                hash_names: Any = ()) -> Iterator[Any]:
     """Yield the bytes of a pack: header, then each storage (a device storage copied to host a
     piece at a time, so a checkpoint of a GPU model needs no host copy of a whole tensor).
 
@@ -135,7 +136,7 @@ def pack_chunks(entries: list[tuple[str, Any, str]],
         record(name, h.hexdigest())
 
 
-def host_pieces(us: Any, piece: int = HOST_PIECE, purpose: str = "hash"):
+def host_pieces(us: Any, piece: int = HOST_PIECE, purpose: str = "hash") -> Iterator[Any]:
     """Host copies of a storage, ``piece`` bytes at a time. Each yielded view owns its memory
     (a numpy array that keeps its tensor alive): a consumer may hold it past the next piece."""
     import torch
@@ -201,7 +202,7 @@ def target_device(recorded: str, forced: str | None) -> str:
 class PackReader:
     """Loads storages out of verified packs; one safe_open per pack, kept while restoring."""
 
-    def __init__(self, open_pack) -> None:
+    def __init__(self, open_pack: Callable[[str], Any]) -> None:
         self._open_pack = open_pack  # digest -> dict-like name -> tensor
         self._packs: dict[str, Any] = {}
 
@@ -225,7 +226,7 @@ class PackReader:
 
 
 class _Dict:
-    def __init__(self, d: dict) -> None:
+    def __init__(self, d: dict[str, Any]) -> None:
         self.d = d
 
     def get_tensor(self, name: str) -> Any:

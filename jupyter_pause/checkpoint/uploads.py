@@ -107,7 +107,7 @@ def _mib(n: int) -> str:
 
 def _url(fs: Any, path: str) -> str:
     try:
-        return fs.unstrip_protocol(path)
+        return str(fs.unstrip_protocol(path))
     except Exception:  # noqa: BLE001 - only for a message
         return path
 
@@ -119,11 +119,11 @@ class _Upload:
 
     def __init__(self, fs: Any, path: str, size: int, budget: Budget) -> None:
         self.fs, self.path, self.size, self.budget = fs, path, size, budget
-        self.inflight: list[cf.Future] = []
+        self.inflight: list[cf.Future[Any]] = []
         self.began = False  # a request that may have left something on the server was sent
 
-    def _track(self, fut: cf.Future, held: int) -> None:
-        def ended(_f: cf.Future) -> None:
+    def _track(self, fut: cf.Future[Any], held: int) -> None:
+        def ended(_f: cf.Future[Any]) -> None:
             self.budget.release(held)
             give_back_freed_memory()  # the part and the client's copies of it are freed now
 
@@ -170,7 +170,7 @@ class _S3Upload(_Upload):
         self.next_part = 1
         self.etags: dict[int, str] = {}
 
-    def _call(self, method: str, **kw: Any) -> cf.Future:
+    def _call(self, method: str, **kw: Any) -> cf.Future[Any]:
         return on_loop(self.fs, self.fs._call_s3(method, Bucket=self.bucket, Key=self.key, **kw))
 
     def send(self, buf: bytes, held: int) -> None:
@@ -190,7 +190,7 @@ class _S3Upload(_Upload):
         self._track(fut, held)
         self._reap(keep=len(self.inflight))  # surface a failed part early, never block here
 
-    def _record(self, n: int, f: cf.Future) -> None:
+    def _record(self, n: int, f: cf.Future[Any]) -> None:
         if not f.cancelled() and f.exception() is None:
             self.etags[n] = f.result()["ETag"]
 
@@ -277,7 +277,7 @@ async def _cancel_resumable(fs: Any, location: str) -> int:
     async with fs.session.request("DELETE", location, headers=fs._get_headers(None),
                                   timeout=fs.requests_timeout) as r:
         await r.read()
-        return r.status
+        return int(r.status)
 
 
 class _FileUpload(_Upload):

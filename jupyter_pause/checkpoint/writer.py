@@ -65,7 +65,7 @@ def write(
     include: Iterable[str] | None = None,
     exclude: Iterable[str] | None = None,
     max_size: int | None = None,
-    provenance: Mapping[str, dict] | None = None,
+    provenance: Mapping[str, dict[str, Any]] | None = None,
     liveness: Mapping[str, Any] | None = None,
     meta: Mapping[str, Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -156,7 +156,7 @@ class _Units:
     manifest will say of each variable."""
 
     def __init__(self, namespace: Mapping[str, Any], pool: BlobPool, walk: Walk,
-                 prewritten: dict[tuple, cf.Future], cache: WriteCache | None,
+                 prewritten: dict[tuple[Any, ...], cf.Future[Any]], cache: WriteCache | None,
                  max_size: int | None, unit_timeout: float | None) -> None:
         self.namespace, self.pool, self.walk = namespace, pool, walk
         self.prewritten, self.max_size, self.unit_timeout = prewritten, max_size, unit_timeout
@@ -183,7 +183,7 @@ class _Units:
                 continue
             self._save_group(names)
 
-    def _dump(self, names: list[str]) -> tuple:
+    def _dump(self, names: list[str]) -> tuple[Any, ...]:
         # unit_timeout: a unit still pickling after it is skipped with that reason
         group = {n: self.namespace[n] for n in names}
         return call_with_limit(self.unit_timeout, dump_group, group,
@@ -267,7 +267,7 @@ class _Units:
         """Indices into the manifest's tensors of the unit's storages (a storage shared with an
         earlier unit is stored once)."""
         out = []
-        for us, dt in zip(ctx.storages, ctx.storage_dtype):
+        for us, dt in zip(ctx.storages, ctx.storage_dtype, strict=False):
             g = self.storages.get(us._cdata)
             if g is None:
                 g = self.storages[us._cdata] = self.packs.add(us, dt)
@@ -307,7 +307,7 @@ class _Units:
         return orphans
 
     def manifest(self, ckpt_id: str, stream: str, items: list[tuple[str, Any]],
-                 provenance: Mapping[str, dict], liveness: Mapping[str, Any] | None,
+                 provenance: Mapping[str, dict[str, Any]], liveness: Mapping[str, Any] | None,
                  meta: Mapping[str, Any] | None) -> Manifest:
         variables = []
         for n, v in items:
@@ -381,12 +381,12 @@ def _address(mv: memoryview) -> tuple[int, int]:
         return np.frombuffer(mv, dtype=np.uint8).ctypes.data, mv.nbytes
 
 
-def _prewrite_arrays(pool: BlobPool, items: list, max_size: int | None) -> dict[tuple, cf.Future]:
+def _prewrite_arrays(pool: BlobPool, items: list[Any], max_size: int | None) -> dict[tuple[Any, ...], cf.Future[Any]]:
     """Start writing the buffers of large, self-owned numpy arrays held directly by variables.
 
     Their bytes are what pickle will hand out of band anyway; matched by address later."""
     np = sys.modules.get("numpy")
-    out: dict[tuple, cf.Future] = {}
+    out: dict[tuple[Any, ...], cf.Future[Any]] = {}
     if np is None:
         return out
     for _name, v in items:
@@ -412,14 +412,16 @@ def _cell(p: Any) -> dict[str, Any] | None:
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(d, default=str))
+    out: dict[str, Any] = json.loads(json.dumps(d, default=str))
+    return out
 
 
 def _mb(n: int) -> str:
     """Bytes in the unit that shows them (``--max-size 1K`` must not read "0.0 MiB"); the
     checkpoint library imports nothing of ours, so not jupyter_pause.units."""
+    size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+        if abs(size) < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"

@@ -1,13 +1,14 @@
-"""The REST client of the CLI: how the running server is found and asked (standard library only).
+"""The REST client of the CLI: how the running server is found and asked (no jupyter_server
+import: a command should answer at once).
 
-The server is found the way ``jupyter server list`` finds it (its runtime files); ``--url`` and
-``--token`` (or JUPYTER_PAUSE_SERVER_URL / JUPYTER_PAUSE_SERVER_TOKEN) override that.
+The server is found the way ``jupyter server list`` finds it (its runtime files), by the rule
+the kernel's magics use too (:mod:`..kernel.server_api`); ``--url`` and ``--token`` (or
+JUPYTER_PAUSE_SERVER_URL / JUPYTER_PAUSE_SERVER_TOKEN) override that.
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import urllib.error
@@ -15,9 +16,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from jupyter_core.paths import jupyter_runtime_dir
-
 from ..configcheck import url_problem
+from ..kernel.server_api import NoServerRunning, ServerError, discover_server
 
 
 class NoServer(Exception):
@@ -76,43 +76,20 @@ class Client:
         return json.loads(raw) if raw else None
 
 
-def list_running_servers(runtime_dir: str | None = None) -> list[dict[str, Any]]:
-    """What ``jupyter server list`` reads (jupyter_server.serverapp.list_running_servers):
-    the ``jpserver-*.json`` runtime files of live processes. Read directly because importing
-    jupyter_server.serverapp costs seconds for a command that should answer at once."""
-    out = []
-    for path in sorted(glob.glob(os.path.join(runtime_dir or jupyter_runtime_dir(),
-                                              "jpserver-*.json"))):
-        try:
-            with open(path, encoding="utf-8") as f:
-                info = json.load(f)
-            os.kill(int(info["pid"]), 0)
-        except PermissionError:  # alive, another user's
-            pass
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # stale file or being written
-        out.append(info)
-    return out
-
-
 def find_server(url: str | None = None, token: str | None = None) -> Client:
-    """The server to talk to: --url/--token, the environment, or the running server list."""
+    """The server to talk to: --url/--token, the environment, or the running server that
+    :func:`..kernel.server_api.discover_server` chooses (the same rule as ``%pause``'s)."""
     url = url or os.environ.get("JUPYTER_PAUSE_SERVER_URL")
     token = token if token is not None else os.environ.get("JUPYTER_PAUSE_SERVER_TOKEN")
     if url:
         return Client(url, token or "")
-    servers = list(list_running_servers())
-    if not servers:
-        raise NoServer("no running Jupyter server found (start one, or pass --url and --token)")
-    cwd = os.path.realpath(os.getcwd())
-
-    def depth(s: dict[str, Any]) -> int:
-        root = os.path.realpath(s.get("root_dir") or s.get("notebook_dir") or "/")
-        inside = (cwd + os.sep).startswith(root.rstrip(os.sep) + os.sep)
-        return len(root) if inside else -1
-
-    best = max(servers, key=depth)
-    return Client(best["url"], token if token is not None else best.get("token", ""))
+    try:
+        found = discover_server()
+    except NoServerRunning as e:
+        raise NoServer(f"{e} (start one, or pass --url and --token)") from None
+    except ServerError as e:
+        raise NoServer(f"{e}: pass --url and --token") from None
+    return Client(found["url"], token if token is not None else found.get("token", ""))
 
 
 def client_from_args(args: argparse.Namespace) -> Client:

@@ -1,5 +1,5 @@
 """The exit codes every ``jupyter pause`` command shares (``validate check`` adds its outcomes:
-10 restored, 20 fresh, see :mod:`jupyter_pause.policy.validate`)."""
+10 restored, 20 fresh, see :mod:`jupyter_pause.policy.upgradecheck`)."""
 
 EXIT_OK = 0
 EXIT_FAIL = 1  # the operation failed

@@ -17,9 +17,9 @@ from typing import Any
 from ..cluster.base import resolve_backend_class
 from ..journal import journal_path, parse_time, read_journal
 from ..policy import gc as gc_mod
-from ..policy import validate as validate_mod
+from ..policy import upgradecheck
+from ..policy.costreport import build_report
 from ..policy.render import render_report, render_whatif
-from ..policy.report import build_report
 from ..policy.whatif import (
     DEFAULT_THRESHOLDS,
     measured_costs,
@@ -65,8 +65,8 @@ def parse_age(text: str | None) -> float | None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     try:
-        state_dir = args.state_dir or (None if args.journal else pause_app().state_dir)
-        journal = read_journal(args.journal or journal_path(state_dir))
+        journal = read_journal(args.journal
+                               or journal_path(args.state_dir or pause_app().state_dir))
         since = parse_time(args.since) if args.since else None
         until = parse_time(args.until) if args.until else None
         report = None
@@ -194,7 +194,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.action == "prepare":
         return _validate_prepare(args)
     try:
-        out = asyncio.run(validate_mod.check(
+        out = asyncio.run(upgradecheck.check(
             state_dir=args.state_dir or pause_app().state_dir,
             store_url=args.store if args.store else None,
             key_path=args.key if args.key else None,
@@ -214,7 +214,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def _validate_prepare(args: argparse.Namespace) -> int:
     try:
         app = pause_app()
-        st = asyncio.run(validate_mod.prepare(
+        st = asyncio.run(upgradecheck.prepare(
             state_dir=args.state_dir or app.state_dir, store_url=args.store or app.store_url or None,
             key_path=args.key or app.key_path or None, kernel_name=args.kernel, stop=args.stop,
             timeout=args.timeout))
@@ -280,7 +280,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser(
         "validate", parents=[server_options(argparse.SUPPRESS)], help="upgrade check: prepare before, check after (live/restored/fresh)",
-        description=validate_mod.__doc__, epilog=EPILOG_VALIDATE,
+        description=upgradecheck.__doc__, epilog=EPILOG_VALIDATE,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=("prepare", "check"))
     p.add_argument("--state-dir", help="persistent state dir (default PauseApp.state_dir)")

@@ -34,7 +34,8 @@ def state_line(st: dict[str, Any]) -> str:
     elif state == "ready":
         text = {"live": "ready: the live kernels came back",
                 "restored": "ready: restored from checkpoint",
-                "fresh": "ready: fresh kernels (nothing restored)"}.get(st.get("outcome"), "ready")
+                "fresh": "ready: fresh kernels (nothing restored)"}.get(str(st.get("outcome")),
+                                                                      "ready")
     else:
         text = str(state).replace("_", " ")
     step = st.get("step")

@@ -90,6 +90,7 @@ def detect_accelerator(env: dict[str, str] | None = None) -> dict[str, object]:
     env = dict(os.environ) if env is None else env
     nvidia_visible = _visible_list(env.get("NVIDIA_VISIBLE_DEVICES"))
     names = gpu_names()
+    found: dict[str, object]
     if names:
         found = parse_gpu_names(names)
     elif nvidia_visible:  # a container runtime said so, but nothing more is known
@@ -98,7 +99,8 @@ def detect_accelerator(env: dict[str, str] | None = None) -> dict[str, object]:
         return dict(NONE)
     cuda_visible = _visible_list(env.get("CUDA_VISIBLE_DEVICES"))
     if cuda_visible is not None:
-        found["count"] = min(int(found["count"]), len(cuda_visible))
+        count = found["count"]
+        found["count"] = min(count if isinstance(count, int) else 0, len(cuda_visible))
     return found if found["count"] else dict(NONE)
 
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from traitlets.config import LoggingConfigurable
 
 from ..configcheck import ValidatedConfig
+from .results import ReleaseResult, RestoreVerdict, ResumeResult, SnapshotResult
 
 ENTRY_POINT_GROUP = "jupyter_pause.backends"
 
@@ -45,6 +46,9 @@ class KernelRecord:
     bytes_written: int = 0
     bytes_total: int = 0
     variables: list[dict] = dataclasses.field(default_factory=list)
+    # Why this kernel's state was not saved: a pause that was allowed to lose it (a kernel that
+    # cannot be checkpointed) shut it down without a checkpoint; its resume starts it fresh.
+    state_not_saved: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -93,8 +97,8 @@ class _Context:
 class PauseContext(_Context):
     """Given to snapshot() and release(): the kernels just checkpointed."""
 
-    checkpoints: list[str] = dataclasses.field(default_factory=list)
-    snapshot: dict[str, Any] = dataclasses.field(default_factory=dict)
+    checkpoints: list[str | None] = dataclasses.field(default_factory=list)
+    snapshot: SnapshotResult = dataclasses.field(default_factory=SnapshotResult)
     # "stop": no checkpoint and no snapshot were taken (snapshot() is not called); release()
     # only frees the accelerator, and the resume starts fresh kernels.
     mode: str = "pause"
@@ -126,7 +130,13 @@ class BackendError(Exception):
 
 
 class Backend(ValidatedConfig, LoggingConfigurable):
-    """Base class of every backend; subclasses are configured as ``c.<ClassName>.<trait>``."""
+    """Base class of every backend; subclasses are configured as ``c.<ClassName>.<trait>``.
+
+    Each call returns a frozen result of :mod:`.results` (never a dict); a step that fails
+    raises :class:`BackendError`. A pause calls ``snapshot()`` (not for a stop) then
+    ``release()``; a resume calls ``resume()``, ``restored_live()`` (not after a stop) and,
+    after the restores, ``attach()``.
+    """
 
     name: ClassVar[str] = "base"
     # Start a resume by itself when the server starts in state "paused" (a pod that came back).
@@ -135,17 +145,22 @@ class Backend(ValidatedConfig, LoggingConfigurable):
     async def describe(self) -> dict[str, Any]:
         return {"name": self.name, "configured": True, "can_pause": True, "why_not": None}
 
-    async def snapshot(self, ctx: PauseContext) -> dict[str, Any]:
-        return {"skipped": True}
+    async def snapshot(self, ctx: PauseContext) -> SnapshotResult:
+        """Snapshot the process (pod) after the checkpoints were written."""
+        return SnapshotResult(skipped=True)
 
-    async def release(self, ctx: PauseContext) -> dict[str, Any]:
-        return {"released": False}
+    async def release(self, ctx: PauseContext) -> ReleaseResult:
+        """Free the accelerator: stop the kernels or the pod."""
+        return ReleaseResult(released=False)
 
-    async def resume(self, ctx: ResumeContext) -> dict[str, Any]:
-        return {}
+    async def resume(self, ctx: ResumeContext) -> ResumeResult:
+        """Bring the kernels back; fills ``ctx.kernel_map`` (and ``ctx.other_kernels``)."""
+        return ResumeResult()
 
-    async def restored_live(self, ctx: ResumeContext) -> bool | None:
-        return None
+    async def restored_live(self, ctx: ResumeContext) -> RestoreVerdict:
+        """Whether the platform restored the process live, and why not (its ``reason`` is
+        added to every notebook that comes back fresh)."""
+        return RestoreVerdict(live=None)
 
     async def attach(self, ctx: ResumeContext) -> None:
         """After verify/restore, before "ready": let the UI reach the kernels (re-point sessions)."""

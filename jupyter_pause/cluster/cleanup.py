@@ -87,7 +87,7 @@ async def collect_garbage(kube: Kube, ns: str, workspace: str, *, keep: int,
         if left:
             # Keep the trigger while its snapshots still exist: it is how they are found again.
             stuck += left
-            remaining += left + [tname]
+            remaining += [*left, tname]
             continue
         deleted += [s["metadata"]["name"] for s in snaps]
         await kube.delete(TRIGGERS, tname, ns)

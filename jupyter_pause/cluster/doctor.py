@@ -24,6 +24,7 @@ from .kube import (
     SNAPSHOT_GROUP,
     SNAPSHOT_KINDS,
     SNAPSHOT_VERSION,
+    STATEFULSETS,
     STORAGE_CONFIGS,
     WORKSPACE_LABEL,
     WORKSPACES,
@@ -37,6 +38,7 @@ from .permissions import (
     KUBEFLOW_PERMISSIONS,
     NOTEBOOK_CLUSTER_PERMISSIONS,
     NOTEBOOK_PERMISSIONS,
+    STATEFULSET_PERMISSIONS,
 )
 from .pod import has_pvc, pod_owner, workspace_key
 from .snapshots import default_policy_name
@@ -90,21 +92,53 @@ def check_selector(files: list[str]) -> Check:
                  "examples/kubernetes/jupyter-server-config.yaml)")
 
 
-def check_release(pod: dict, gkw_managed: bool) -> Check | None:
-    """Does a pause free this pod's accelerator? A pod with a PVC is stopped by GKE itself
-    (postCheckpoint: stop, GKE's rule for PVCs), which leaves it Succeeded; a StatefulSet
-    deletes a Succeeded pod and creates it again (kubernetes pkg/controller/statefulset
-    stateful_set_control.go processReplica), and GKE restores the new pod at once."""
+async def check_release(kube: Kube, pod: dict, gkw_managed: bool,
+                        stop_via: str = "auto") -> Check | None:
+    """Does a pause free this StatefulSet pod's accelerator? A pod with a PVC is stopped by GKE
+    itself (postCheckpoint: stop, GKE's rule for PVCs), which leaves it Succeeded, and a
+    StatefulSet deletes a Succeeded pod and creates it again (kubernetes
+    pkg/controller/statefulset/stateful_set_control.go processReplica), which GKE restores at
+    once. So the pause takes the pod out of its StatefulSet and scales that to 0
+    (statefulset.py), with the named Role of notebook-statefulset.yaml; any other stop_via than
+    auto/statefulset leaves the pod to be re-created."""
     owner = pod_owner(pod)
-    if gkw_managed or not has_pvc(pod) or not owner or owner[0] != "StatefulSet":
+    if gkw_managed or not owner or owner[0] != "StatefulSet":
         return None
-    return Check("accelerator release", WARN,
-                 f"StatefulSet {owner[1]} re-creates this pod after GKE stops it (the pod "
-                 "mounts a PVC, so the snapshot uses postCheckpoint: stop), and GKE restores it "
-                 "at once: a pause is taken but the accelerator stays in use",
-                 f"after a pause, scale it to 0 from outside (kubectl scale statefulset/"
-                 f"{owner[1]} --replicas=0; `jupyter pause resume` scales it back), or run the "
-                 "notebook as a bare pod")
+    meta = pod["metadata"]
+    pvc = has_pvc(pod)
+    if stop_via == "policy":
+        return Check("accelerator release", WARN,
+                     f"StatefulSet {owner[1]} re-creates this pod after GKE stops it "
+                     "(c.GKEBackend.stop_via = 'policy': postCheckpoint: stop, the pod left in "
+                     "the StatefulSet), and GKE restores it at once: a pause is taken but the "
+                     "accelerator stays in use",
+                     "leave c.GKEBackend.stop_via at 'auto': the pause then scales StatefulSet "
+                     f"{owner[1]} to 0, a pod with a PVC taken out of it first (the PVC stays)")
+    if stop_via not in ("auto", "statefulset"):
+        return None
+    wanted: list[tuple[str, Res, str | None, str]] = [
+        (verb, STATEFULSETS, "scale", owner[1])
+        for verb in STATEFULSET_PERMISSIONS[("apps", "statefulsets/scale")]]
+    if pvc:
+        wanted += [(verb, PODS, None, meta["name"])
+                   for verb in STATEFULSET_PERMISSIONS[("", "pods")]]
+    denied = []
+    try:
+        for verb, res, sub, name in wanted:
+            allowed, _ = await kube.access_review(verb, res, meta["namespace"], name,
+                                                  subresource=sub)
+            if not allowed:
+                denied.append(f"{verb} {res.plural}{'/' + sub if sub else ''} {name}")
+    except KubeError as e:
+        return Check("accelerator release", WARN, f"cannot review access: {e}")
+    how = (f"takes the pod out of StatefulSet {owner[1]} and scales it to 0 (its PVC stays)"
+           if pvc else f"scales StatefulSet {owner[1]} to 0")
+    if denied:
+        return Check("accelerator release", MISSING,
+                     f"a pause {how}, but this identity is denied: {', '.join(denied)}",
+                     "apply the Role and RoleBinding of examples/kubernetes/"
+                     "notebook-statefulset.yaml (renamed for this StatefulSet)")
+    return Check("accelerator release", OK, f"a pause {how}")
 
 
 def check_shutdown_grace(pod: dict, config: Any, env: dict | None = None,
@@ -249,8 +283,6 @@ async def run_checks(kube: Kube | None, *, pod_name: str | None, namespace: str 
         checks.append(check_shutdown_grace(pod, config))
 
     # RBAC: every verb the product uses, reviewed by the API server itself.
-    owner_kinds = {r.get("kind") for r in ((pod or {}).get("metadata") or {}).get(
-        "ownerReferences") or []}
     is_ws = bool((((pod or {}).get("metadata") or {}).get("labels") or {}).get(WORKSPACE_LABEL))
     if backend == "kubeflow":
         wanted = dict(KUBEFLOW_PERMISSIONS)
@@ -259,10 +291,9 @@ async def run_checks(kube: Kube | None, *, pod_name: str | None, namespace: str 
         if is_ws:  # the gke backend pauses a Workspace's pod through its Workspace
             ws_res = (KUBEFLOW_GROUP, "workspaces")
             wanted[ws_res] = KUBEFLOW_PERMISSIONS[ws_res]
-        if "StatefulSet" not in owner_kinds:
-            wanted.pop(("apps", "statefulsets"), None)
     # (group, resource, verbs, namespace, name): the cluster-scoped reads are of one object each
-    perms = [(g, r, v, namespace, None) for (g, r), v in wanted.items()]
+    perms: list[tuple[str, str, tuple[str, ...], str | None, str | None]] = [
+        (g, r, v, namespace, None) for (g, r), v in wanted.items()]
     if backend == "gke":
         perms += [(g, r, v, None, storage_config)
                   for (g, r), v in NOTEBOOK_CLUSTER_PERMISSIONS.items()]
@@ -290,7 +321,8 @@ async def run_checks(kube: Kube | None, *, pod_name: str | None, namespace: str 
             checks.append(Check(f"rbac {res.resource}", OK, ", ".join(verbs)))
 
     # The feature's CRDs.
-    feature = ((SNAPSHOT_GROUP, SNAPSHOT_VERSION, set(SNAPSHOT_KINDS)),)
+    feature: tuple[tuple[str, str, set[str]], ...] = (
+        (SNAPSHOT_GROUP, SNAPSHOT_VERSION, set(SNAPSHOT_KINDS)),)
     if backend == "kubeflow":
         feature += ((KUBEFLOW_GROUP, KUBEFLOW_VERSION, {WORKSPACES.kind}),)
     for group, version, kinds in feature:
@@ -324,7 +356,9 @@ async def run_checks(kube: Kube | None, *, pod_name: str | None, namespace: str 
             checks.append(Check("storage config", MISSING, str(e), fix))
         if pod is not None:
             checks.append(await check_policy(kube, pod, policy_name))
-            release = check_release(pod, await gkw_manages_pod(kube, pod))
+            gke = config.get("GKEBackend") if hasattr(config, "get") else None
+            stop_via = str((gke or {}).get("stop_via", "auto"))
+            release = await check_release(kube, pod, await gkw_manages_pod(kube, pod), stop_via)
             if release is not None:
                 checks.append(release)
     return checks

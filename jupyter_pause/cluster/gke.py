@@ -6,7 +6,9 @@ checkpoint: create a PodSnapshotManualTrigger for the own pod, watch it to Trigg
 (or False/Failed|Error), wait for the PodSnapshot to be Ready, and only then stop the pod through its
 owner (Kubeflow Workspace `spec.paused`, StatefulSet replicas 0, or the policy's
 `postCheckpoint: stop`). A pod with a PersistentVolumeClaim always uses `stop` (GKE's rule), and
-then nothing is written after the trigger. A pod the GKE Workspaces add-on manages gets no policy or
+then nothing is written after the trigger; a StatefulSet's pod with one leaves its StatefulSet
+before the trigger, which is scaled to 0 (statefulset.py): the StatefulSet would re-create the
+stopped pod and GKE restore it at once, the accelerator never freed. A pod the GKE Workspaces add-on manages gets no policy or
 trigger of ours: the pause goes through the Workspace and the add-on. A failed or timed-out snapshot
 raises BackendError: the lifecycle records it and the checkpoint stays the way back.
 
@@ -27,6 +29,7 @@ from typing import Any, ClassVar
 from traitlets import Bool, Enum, Float, Unicode, validate
 
 from .. import configcheck as cc
+from . import statefulset
 from .base import BackendError, PauseContext
 from .gkw import gkw_manages_pod, gkw_policy_name
 from .kube import (
@@ -39,8 +42,9 @@ from .kube import (
     WORKSPACE_SELECTOR_LABEL,
     KubeError,
 )
-from .pod import checked, has_pvc, owner_mode, pod_owner, workspace_key
+from .pod import has_pvc, owner_mode, pod_owner, workspace_key
 from .podbackend import PodBackend
+from .results import ReleaseResult, RestoreVerdict, SnapshotResult
 from .snapshots import default_policy_name
 
 
@@ -115,9 +119,9 @@ class GKEBackend(PodBackend):
             pod["metadata"]["namespace"], key,
             name=self.policy_name or default_policy_name(key[1]),
             storage_config=self.storage_config, retention=self.retention,
-            postcheckpoint="stop" if self._stop_mode(pod) == "policy" else "resume")
+            postcheckpoint="stop" if self._post_stop(pod) else "resume")
 
-    async def snapshot(self, ctx: PauseContext) -> dict[str, Any]:
+    async def snapshot(self, ctx: PauseContext) -> SnapshotResult:
         pod = await self.pod.get()
         if ctx.mode != "stop" and await gkw_manages_pod(self.kube, pod):
             ctx.progress("GKE Workspaces manages this pod's snapshots; pausing through it")
@@ -133,13 +137,27 @@ class GKEBackend(PodBackend):
         ns, workspace = pod["metadata"]["namespace"], key[1]
         self.pod.remember(pod, workspace)
         stop = self._stop_mode(pod)
+        post_stop = self._post_stop(pod)
         policy = await self._ensure_policy(pod, key)
+        if self._detaches(pod):
+            # GKE stops this pod after the snapshot and the StatefulSet would re-create it
+            # (GKE restoring it at once): leave the StatefulSet first (statefulset.py).
+            owner = pod_owner(pod)
+            ctx.progress(f"Taking the pod out of StatefulSet {owner[1] if owner else '?'} and "
+                         "scaling it to 0 (its volume stays)")
+            self.pod.paused_as["detached"] = await statefulset.detach(
+                self.kube, pod, owner[1] if owner else "", key[0])
         ctx.progress("Asking GKE to snapshot the pod")
-        tname = (await self.snapshots.create_trigger(ctx, ns, pod, workspace))["metadata"]["name"]
+        try:
+            tname = (await self.snapshots.create_trigger(ctx, ns, pod, workspace)
+                     )["metadata"]["name"]
+        except (BackendError, KubeError):
+            await self._reattach(pod)
+            raise
         self.pod.paused_as["trigger"] = tname
         # postCheckpoint: stop: from here GKE may snapshot the pod at any moment and then stop
         # it; nothing may be written to its volumes after that (writes_held()).
-        self.pod.paused_as["hold_writes"] = stop == "policy"
+        self.pod.paused_as["hold_writes"] = post_stop
         try:
             snap = await self.snapshots.wait_trigger(ns, tname, self.trigger_timeout)
             await self.snapshots.wait_snapshot(ctx, ns, snap, self.snapshot_timeout)
@@ -147,6 +165,7 @@ class GKEBackend(PodBackend):
             if await self.pod.restored_here():  # the wait broke because this process was restored
                 return self._woke_result(tname)
             await self.snapshots.discard(ns, tname, self.discard_wait)
+            await self._reattach(pod)
             raise
         if await self.pod.restored_here():
             return self._woke_result(tname, snap)
@@ -154,16 +173,29 @@ class GKEBackend(PodBackend):
         # The lifecycle journals snapshot_ready from this result, unless GKE stops this pod after
         # the checkpoint (postCheckpoint: stop): then nothing may be written to the pod's volumes
         # any more (on GKE this process does not even run again here; only a restored copy does).
-        return {"snapshot": snap, "trigger": tname, "policy": policy, "backend": self.name,
-                "stop_via": stop, "gpu_model": await self.pod.gpu(pod),
-                "hold_writes": stop == "policy"}
+        return SnapshotResult(snapshot=snap, trigger=tname, policy=policy, backend=self.name,
+                              stop_via=stop, gpu_model=await self.pod.gpu(pod),
+                              hold_writes=post_stop)
 
-    def _woke_result(self, trigger: str, snap: str | None = None) -> dict[str, Any]:
+    async def _reattach(self, pod: dict) -> None:
+        """A pause that failed before its snapshot puts the pod back into its StatefulSet."""
+        record = self.pod.paused_as.pop("detached", None)
+        if not record:
+            return
+        meta = pod["metadata"]
+        try:
+            await statefulset.reattach(self.kube, meta["name"], meta["namespace"], record)
+        except BackendError as e:
+            self.log.warning("jupyter-pause: %s; `jupyter pause resume %s` brings it back", e,
+                             record["statefulset"])
+
+    def _woke_result(self, trigger: str, snap: str | None = None) -> SnapshotResult:
         self.pod.paused_as["woke_up"] = True
-        return {"snapshot": snap, "trigger": trigger, "backend": self.name, "woke_up": True,
-                "reason": "this pod was restored from the pod snapshot during the pause"}
+        return SnapshotResult(
+            snapshot=snap, trigger=trigger, backend=self.name, woke_up=True,
+            reason="this pod was restored from the pod snapshot during the pause")
 
-    async def release(self, ctx: PauseContext) -> dict[str, Any]:
+    async def release(self, ctx: PauseContext) -> ReleaseResult:
         stopping = ctx.mode == "stop"
         if self.pod.paused_as.get("through_workspace") and not stopping:
             return await self.workspaces.release(
@@ -172,8 +204,14 @@ class GKEBackend(PodBackend):
             self.pod.paused_as = {}  # no snapshot this time: nothing can have restored us
         elif self.pod.paused_as.get("woke_up") or await self.pod.restored_here():
             # Never stop a pod that a snapshot restore just brought back.
-            return {"released": False, "woke_up": True,
-                    "reason": "this pod was restored from the pod snapshot"}
+            return ReleaseResult(released=False, woke_up=True,
+                                 reason="this pod was restored from the pod snapshot")
+        detached = None if stopping else self.pod.paused_as.get("detached")
+        if detached:
+            # Out of its StatefulSet, scaled to 0: GKE stops the pod after the snapshot
+            # (postCheckpoint: stop) and nothing re-creates it.
+            return ReleaseResult(released=True, stopped_via="statefulset",
+                                 owner=detached["statefulset"])
         pod = await self.pod.get()
         mode = self._stop_mode(pod)
         if stopping and mode == "policy":
@@ -195,31 +233,34 @@ class GKEBackend(PodBackend):
             if stopping:  # under GKE Workspaces a plain paused=true would snapshot the pod
                 return await self.workspaces.stop(ws, ns)
             await self.workspaces.set_paused(ws, ns)
-            return {"released": True, "stopped_via": "workspace", "owner": ws}
+            return ReleaseResult(released=True, stopped_via="workspace", owner=ws)
         if mode == "statefulset" and owner:
-            await checked(self.kube.patch(STATEFULSETS, owner[1], {"spec": {"replicas": 0}}, ns))
-            return {"released": True, "stopped_via": "statefulset", "owner": owner[1]}
+            try:  # the scale subresource: what the StatefulSet's Role grants, for it alone
+                await self.kube.scale(STATEFULSETS, owner[1], ns, 0)
+            except KubeError as e:
+                raise statefulset.scale_error(e, owner[1]) from None
+            return ReleaseResult(released=True, stopped_via="statefulset", owner=owner[1])
         if mode == "policy":
             # GKE turns the pod Completed after the checkpoint (postCheckpoint: stop).
-            return {"released": True, "stopped_via": "policy", "owner": None}
-        return {"released": False, "stopped_via": "none", "owner": None}
+            return ReleaseResult(released=True, stopped_via="policy")
+        return ReleaseResult(released=False, stopped_via="none")
 
-    async def restore_verdict(self) -> dict[str, Any]:
+    async def restore_verdict(self) -> RestoreVerdict:
         try:
             pod = await self.pod.get()
         except BackendError as e:
-            return {"live": None, "reason": str(e), "snapshot": None}
+            return RestoreVerdict(live=None, reason=str(e))
         key = workspace_key(pod)
         ns = pod["metadata"]["namespace"]
         try:
             pod = await self.pod.await_restored_condition(pod)
             trigger = await self.snapshots.trigger_of(pod, ns, key[1] if key else None)
         except KubeError as e:
-            return {"live": None, "reason": str(e), "snapshot": None}
+            return RestoreVerdict(live=None, reason=str(e))
         snap = ((trigger or {}).get("status") or {}).get("snapshotCreated", {}).get("name")
         expected = ((pod["metadata"].get("annotations")) or {}).get(PS_NAME_ANNOTATION) or snap
         live, why = await self.judge(pod, trigger, expected)
-        return {"live": live, "reason": why, "snapshot": snap}
+        return RestoreVerdict(live=live, reason=why, snapshot=snap)
 
     def _stop_mode(self, pod: dict) -> str:
         if self.stop_via != "auto":
@@ -227,6 +268,16 @@ class GKEBackend(PodBackend):
         if has_pvc(pod):
             # GKE's Pod snapshot troubleshooting ("Post-checkpoint mutation risks with PVCs"):
             # with a PVC use postCheckpoint: stop; writes after the checkpoint make the restore
-            # fail (vfs.CompleteRestore() failed, gke-labs/pod-migration issue 15).
-            return "policy"
+            # fail (vfs.CompleteRestore() failed, gke-labs/pod-migration issue 15). A
+            # StatefulSet's pod leaves its StatefulSet first (_detaches()).
+            return "statefulset" if owner_mode(pod) == "statefulset" else "policy"
         return owner_mode(pod) or "policy"
+
+    def _detaches(self, pod: dict) -> bool:
+        """A StatefulSet's pod with a PVC: GKE stops it after the snapshot, and the StatefulSet
+        would re-create it at once, so the pause takes it out of the StatefulSet first."""
+        return self._stop_mode(pod) == "statefulset" and has_pvc(pod)
+
+    def _post_stop(self, pod: dict) -> bool:
+        """Does GKE stop the pod after its snapshot (the policy's postCheckpoint: stop)?"""
+        return self._stop_mode(pod) == "policy" or self._detaches(pod)

@@ -293,13 +293,31 @@ class Kube:
                 return None
             raise
 
+    # -- the scale subresource (autoscaling/v1 Scale) --
+    async def get_scale(self, res: Res, name: str, namespace: str) -> dict:
+        """The workload's Scale: spec.replicas, and status.selector, the label selector its
+        controller claims pods by (the string form of spec.selector)."""
+        return await self._call(f"get {res.resource} {name}/scale", self._send, "GET",
+                                res.path(namespace, name) + "/scale")
+
+    async def scale(self, res: Res, name: str, namespace: str, replicas: int) -> dict:
+        """Set spec.replicas through the `scale` subresource: a Role can grant exactly that, for
+        one named workload, without the right to patch its pod template."""
+        return await self._call(f"scale {res.resource} {name} to {replicas}", self._send,
+                                "PATCH", res.path(namespace, name) + "/scale",
+                                body={"spec": {"replicas": replicas}},
+                                content_type="application/merge-patch+json")
+
     async def access_review(self, verb: str, res: Res, namespace: str | None,
-                            name: str | None = None) -> tuple[bool, str]:
+                            name: str | None = None, *,
+                            subresource: str | None = None) -> tuple[bool, str]:
         """May this identity do `verb`? With `name`, on that object (a rule with resourceNames
-        allows only named requests)."""
+        allows only named requests); with `subresource`, on that subresource ("scale")."""
         body = {"apiVersion": ACCESS_REVIEWS.api_version, "kind": ACCESS_REVIEWS.kind,
                 "spec": {"resourceAttributes": {"verb": verb, "group": res.group,
                                                 "resource": res.plural,
+                                                **({"subresource": subresource}
+                                                   if subresource else {}),
                                                 **({"namespace": namespace} if namespace else {}),
                                                 **({"name": name} if name else {})}}}
         out = await self._call(f"review access {verb} {res.resource}", self._send, "POST",

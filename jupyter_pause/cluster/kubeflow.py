@@ -28,6 +28,7 @@ from .kube import (
     condition,
 )
 from .podbackend import PodBackend
+from .results import ReleaseResult, RestoreVerdict, SnapshotResult
 
 
 class KubeflowBackend(PodBackend):
@@ -64,27 +65,27 @@ class KubeflowBackend(PodBackend):
             return f"this pod is not a Kubeflow Workspace pod (no {WORKSPACE_LABEL} label)"
         return None
 
-    async def snapshot(self, ctx: PauseContext) -> dict[str, Any]:
+    async def snapshot(self, ctx: PauseContext) -> SnapshotResult:
         return await self.workspaces.snapshot(ctx)
 
-    async def release(self, ctx: PauseContext) -> dict[str, Any]:
+    async def release(self, ctx: PauseContext) -> ReleaseResult:
         return await self.workspaces.release(ctx, timeout=self.checkpoint_timeout)
 
-    async def restore_verdict(self) -> dict[str, Any]:
+    async def restore_verdict(self) -> RestoreVerdict:
         try:
             _, _, obj = await self.workspaces.of_pod()
             pod = await self.pod.await_restored_condition(await self.pod.get())
         except (BackendError, KubeError) as e:
-            return {"live": None, "reason": str(e), "snapshot": None}
+            return RestoreVerdict(live=None, reason=str(e))
         ann = obj["metadata"].get("annotations") or {}
         if condition(pod, "PodRestored") is None and not await self.workspaces.addon_manages(obj):
-            return {"live": False, "snapshot": None,
-                    "reason": "workspace restarted without a pod snapshot (plain Kubeflow)"}
+            return RestoreVerdict(
+                live=False, reason="workspace restarted without a pod snapshot (plain Kubeflow)")
         trigger = await self.snapshots.trigger_of(pod, pod["metadata"]["namespace"], None)
         # the add-on pins the snapshot it restores with ps-name (webhook.go mutatePod); the
         # Workspace's last-checkpoint-name is cleared once the restored pod is Ready
         expected = (pod["metadata"].get("annotations") or {}).get(PS_NAME_ANNOTATION)
         live, why = await self.judge(pod, trigger, expected)
-        return {"live": live, "reason": why,
-                "snapshot": ann.get(GKW_LAST_CHECKPOINT_ANNOTATION),
-                "checkpoint_state": ann.get(GKW_STATE_ANNOTATION)}
+        return RestoreVerdict(live=live, reason=why,
+                              snapshot=ann.get(GKW_LAST_CHECKPOINT_ANNOTATION),
+                              checkpoint_state=ann.get(GKW_STATE_ANNOTATION))

@@ -15,6 +15,7 @@ from traitlets import Bool, Float, validate
 from .. import configcheck as cc
 from ..kernelclient import kernel_info_answer
 from .base import Backend, BackendError, KernelRecord, PauseContext, ResumeContext
+from .results import ReleaseResult, ResumeResult, SnapshotResult
 
 
 class LocalBackend(Backend):
@@ -39,13 +40,13 @@ class LocalBackend(Backend):
     def _validate_config(self, proposal: Any) -> Any:
         return self._checked(proposal)
 
-    async def snapshot(self, ctx: PauseContext) -> dict[str, Any]:
+    async def snapshot(self, ctx: PauseContext) -> SnapshotResult:
         # No process snapshot on a workstation: the application checkpoint is the way back.
-        return {"skipped": True, "snapshot": None}
+        return SnapshotResult(skipped=True)
 
-    async def release(self, ctx: PauseContext) -> dict[str, Any]:
+    async def release(self, ctx: PauseContext) -> ReleaseResult:
         if not self.stop_kernels:
-            return {"released": False, "stopped_kernels": []}
+            return ReleaseResult(released=False)
         km = ctx.kernel_manager
         stopped = []
         for rec in ctx.kernels:
@@ -53,16 +54,16 @@ class LocalBackend(Backend):
                 ctx.progress(f"Stopping the kernel of {rec.label}")
                 await km.shutdown_kernel(rec.kernel_id)
                 stopped.append(rec.kernel_id)
-        return {"released": True, "stopped_kernels": stopped}
+        return ReleaseResult(released=True, stopped_kernels=tuple(stopped))
 
-    async def resume(self, ctx: ResumeContext) -> dict[str, Any]:
+    async def resume(self, ctx: ResumeContext) -> ResumeResult:
         # All kernels start together: a start is mostly the new process importing, so eight
         # notebooks take about what the cores allow, not eight times one. (Kernels on TCP may
         # still collide on a port; _start_ready replaces such a kernel. IPC has no ports.)
         async def one(rec: KernelRecord) -> str | None:
             kid = await self._kernel_for(ctx, rec)
             new = kid is None
-            if new:
+            if kid is None:
                 ctx.progress(f"Starting a kernel for {rec.label}")
                 kid = await self._start_ready(ctx, rec)
             ctx.kernel_map[rec.kernel_id] = kid
@@ -77,7 +78,7 @@ class LocalBackend(Backend):
         for k in ctx.other_kernels:
             self.log.warning("jupyter_pause: kernel %s (%s) %s", k["kernel_id"][:8],
                              k["path"] or "no session", k["reason"])
-        return {"started_kernels": started}
+        return ResumeResult(started_kernels=tuple(started))
 
     async def attach(self, ctx: ResumeContext) -> None:
         """Point each recorded session at its kernel, so JupyterLab reconnects (after restore)."""

@@ -16,10 +16,17 @@ _OWN_POD: dict[tuple[str, str], tuple[str, ...]] = {
 # jupyter-pause-notebook, bound by a RoleBinding. It snapshots the own pod itself.
 NOTEBOOK_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     **_OWN_POD,
-    ("apps", "statefulsets"): ("patch",),  # release(): scale the own StatefulSet to 0
     (SNAPSHOT_GROUP, "podsnapshotpolicies"): ("get", "create"),
     (SNAPSHOT_GROUP, "podsnapshotmanualtriggers"): ("get", "list", "watch", "create", "delete"),
     (SNAPSHOT_GROUP, "podsnapshots"): ("get", "list", "watch", "delete"),
+}
+# A StatefulSet's notebook, on top of NOTEBOOK_PERMISSIONS and for two names only (a Role with
+# resourceNames, rendered per StatefulSet: examples/kubernetes/notebook-statefulset.yaml): its
+# StatefulSet's scale subresource (read the selector, scale to 0; statefulset.py) and its own pod
+# (a pod with a PVC leaves the StatefulSet before GKE stops it: the selector labels removed).
+STATEFULSET_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("apps", "statefulsets/scale"): ("get", "patch"),
+    ("", "pods"): ("patch",),
 }
 # The kubeflow backend (each Workspace's own account, through the WorkspaceKind's
 # serviceAccount.clusterRoles): ClusterRole jupyter-pause-kubeflow. It pauses the own Workspace
@@ -49,3 +56,12 @@ RESUMER_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     # delete: a snapshot whose restore crashes is dropped before the pod is started cold
     (SNAPSHOT_GROUP, "podsnapshots"): ("get", "delete"),
 }
+
+
+def union(*grants: dict[tuple[str, str], tuple[str, ...]]) -> dict[tuple[str, str], tuple[str, ...]]:
+    """What several Roles bound to one identity grant together (verbs of a resource merged)."""
+    out: dict[tuple[str, str], tuple[str, ...]] = {}
+    for g in grants:
+        for key, verbs in g.items():
+            out[key] = tuple(dict.fromkeys((*out.get(key, ()), *verbs)))
+    return out

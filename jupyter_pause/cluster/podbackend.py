@@ -24,6 +24,7 @@ from .gkw import CHECKPOINTING, READY, checkpoint_state
 from .kube import PS_NAME_ANNOTATION, WORKSPACE_LABEL, Kube, KubeError
 from .local import LocalBackend
 from .pod import OwnPod, unreachable, workspace_key
+from .results import RestoreVerdict, ResumeResult
 from .snapshots import PodSnapshots, default_policy_name
 from .verdict import restore_reason
 from .workspaces import Workspaces
@@ -73,7 +74,6 @@ class PodBackend(LocalBackend):
         self.snapshots = PodSnapshots(self.pod)
         self.workspaces = Workspaces(self.pod)
         self._described: tuple[float, dict] | None = None
-        self.restore_reason: str | None = None  # why restored_live() said what it said
         self.snapshot_cleanup: asyncio.Task | None = None  # attach()'s single-use clean-up
 
     @property
@@ -107,7 +107,7 @@ class PodBackend(LocalBackend):
         self._described = (time.monotonic(), out)
         return out
 
-    async def resume(self, ctx: ResumeContext) -> dict[str, Any]:
+    async def resume(self, ctx: ResumeContext) -> ResumeResult:
         # The pod is back already (this server runs in it); bring the kernels back like local does.
         self.pod.paused_as = {}
         if ctx.pause.get("mode") == "stop":
@@ -146,15 +146,14 @@ class PodBackend(LocalBackend):
             self.log.warning("jupyter-pause: could not delete used pod snapshots: %s", e)
             return {"error": str(e)}
 
-    async def restored_live(self, ctx: ResumeContext | None = None) -> bool | None:
+    async def restored_live(self, ctx: ResumeContext | None = None) -> RestoreVerdict:
         verdict = await self.restore_verdict()
-        self.restore_reason = verdict["reason"]
-        if ctx is not None and verdict["reason"] and verdict["live"] is False:
-            ctx.progress(verdict["reason"])
-        return verdict["live"]
+        if ctx is not None and verdict.restore_reason:
+            ctx.progress(verdict.restore_reason)
+        return verdict
 
-    async def restore_verdict(self) -> dict[str, Any]:
-        """{"live": True|False|None, "reason": str|None, "snapshot": name|None}; subclasses say."""
+    async def restore_verdict(self) -> RestoreVerdict:
+        """What the platform says about the own pod's restore; subclasses say."""
         raise NotImplementedError
 
     async def judge(self, pod: dict, trigger: dict | None,

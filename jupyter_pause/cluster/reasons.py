@@ -13,11 +13,15 @@ FAILURE_REASONS: dict[str, str] = {
     # lifecycle
     "kernel_busy": "a kernel was running a cell when the pause began",
     "checkpoint_error": "a kernel's checkpoint failed",
+    "kernel_side": "a kernel's environment lacks jupyter-pause-kernel, or has one of another "
+                   "bridge protocol",
     "storage_full": "the checkpoint store ran out of space",
     "integrity_error": "a checkpoint did not verify",
     "not_found": "a checkpoint the step needed is missing",
     "kernel_died": "a kernel died during its checkpoint",
     "kernel_stalled": "a kernel made no progress and answered no heartbeat (stopped or frozen)",
+    "uncheckpointable": "a kernel cannot be checkpointed (another language, or no kernel side) "
+                        "and the pause was not allowed to lose its state",
     "restore_error": "restoring a kernel from its checkpoint failed",
     "timeout": "a step ran past its time limit",
     "interrupted": "the server stopped during the flight",

@@ -1,10 +1,11 @@
 """Resume a paused workspace from outside its pod (the CLI, a portal, a controller).
 
 `resume_workspace()` sets the workspace running again (Kubeflow Workspace `spec.paused=false`,
-StatefulSet replicas 1, or a Completed bare pod re-created with `podsnapshot.gke.io/ps-name`) and
-follows the pod: waiting for capacity (with the scheduler's reason) -> scheduled -> running ->
-restored live or cold-started. The notebook server in the pod then verifies the kernels and
-restores from the checkpoint by itself when the live state did not come back.
+StatefulSet replicas 1, after deleting the Completed pod a pause took out of it, or a Completed
+bare pod re-created with `podsnapshot.gke.io/ps-name`) and follows the pod: waiting for
+capacity (with the scheduler's reason) -> scheduled -> running -> restored live or cold-started.
+The notebook server in the pod then verifies the kernels and restores from the checkpoint by
+itself when the live state did not come back.
 
 Only one resume acts at a time: it holds a lease annotation on the workspace object, taken with a
 resourceVersion precondition, so a concurrent resume gets 409 Conflict, sees the lease and joins
@@ -39,6 +40,7 @@ from .kube import (
     is_true,
 )
 from .pod import workspace_key
+from .statefulset import detached_from
 from .workspaces import opt_in_patch
 
 FINAL_STATES = {"restored_live", "cold_started", "started", "failed"}
@@ -165,7 +167,7 @@ def pod_state(pod: dict | None) -> tuple[str, str | None]:
     if gates or (sched and sched.get("status") == "False"
                  and sched.get("reason") == "SchedulingGated"):
         return "gated", (f"scheduling gates not yet removed: {', '.join(g for g in gates if g)}"
-                         if gates else sched.get("message") or "scheduling gated")
+                         if gates else (sched or {}).get("message") or "scheduling gated")
     if sched and sched.get("status") == "False" and sched.get("reason") == "Unschedulable":
         return "waiting_for_capacity", sched.get("message") or "no node with free capacity"
     phase = st.get("phase")
@@ -280,6 +282,27 @@ async def _recreate(kube: Kube, ns: str, pod: dict, snap: str | None, what: str)
     await kube.create(PODS, body, ns)
 
 
+async def _drop_detached_pod(kube: Kube, ns: str, name: str,
+                             say: Callable[[str, str | None], None]) -> None:
+    """A pause took the StatefulSet's pod out of it before GKE stopped it (statefulset.py): the
+    Completed pod still holds the name `<name>-0` the StatefulSet creates its pod under, so it
+    goes first (exactly that pod: uid precondition). One still running is left alone."""
+    pod = await kube.get_or_none(PODS, f"{name}-0", ns)
+    record = detached_from(pod)
+    if pod is None or record is None or record.get("statefulset") != name:
+        return
+    if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        raise KubeError(f"pod {name}-0 was taken out of StatefulSet {name} by a pause and is "
+                        "still running; it is not deleted", 409)
+    await kube.delete(PODS, f"{name}-0", ns, uid=pod["metadata"]["uid"])
+    deadline = time.monotonic() + 120
+    while await kube.get_or_none(PODS, f"{name}-0", ns) is not None:
+        if time.monotonic() > deadline:
+            raise KubeError(f"the stopped pod {name}-0 is not going away", 0)
+        await asyncio.sleep(0.2)
+    say("resuming", f"stopped pod {name}-0 deleted (its volume stays)")
+
+
 async def _start(kube: Kube, kind: str, res: Res, ns: str, name: str, obj: dict,
                  say: Callable[[str, str | None], None]) -> str | None:
     """Set the workspace running; returns the snapshot pinned (bare pods) if any."""
@@ -293,6 +316,7 @@ async def _start(kube: Kube, kind: str, res: Res, ns: str, name: str, obj: dict,
         return None
     if kind == "statefulset":
         if not (obj.get("spec") or {}).get("replicas"):
+            await _drop_detached_pod(kube, ns, name, say)
             await kube.patch(res, name, {"spec": {"replicas": 1}}, ns)
             say("resuming", "StatefulSet scaled to 1")
         return None
@@ -378,7 +402,7 @@ async def resume_workspace(kube: Kube, namespace: str, workspace: str, *,
             if state == "running":
                 # PodRestored can come a little after Ready; give it a moment when a restore
                 # was asked for (ps-name) or a Ready snapshot of this workspace exists.
-                if expected is None:
+                if expected is None and pod is not None:  # "running" is never pod None
                     expected = await _restore_expected(kube, namespace, pod)
                 ready_since = ready_since or time.monotonic()
                 if not expected or time.monotonic() - ready_since >= restored_condition_wait:
@@ -392,7 +416,7 @@ async def resume_workspace(kube: Kube, namespace: str, workspace: str, *,
             say(state, reason)
             if state in FINAL_STATES:
                 return {"state": state, "reason": reason, **info, "kind": kind,
-                        "joined": not owned and kind != "pod" or joined_holder is not None}
+                        "joined": (not owned and kind != "pod") or joined_holder is not None}
             if time.monotonic() >= deadline:
                 return {"state": "timeout", "reason": f"still {state}: {reason}", **info,
                         "kind": kind, "joined": not owned}

@@ -44,6 +44,7 @@ from .kube import (
     condition,
 )
 from .pod import OwnPod, checked
+from .results import ReleaseResult, SnapshotResult
 from .snapshots import snapshot_failure, trigger_failure
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ class Workspaces:
         """`spec.paused=true`; returns the Workspace as the API server answered."""
         return await checked(self.pod.kube.patch(WORKSPACES, ws, {"spec": {"paused": True}}, ns))
 
-    async def stop(self, ws: str, ns: str) -> dict[str, Any]:
+    async def stop(self, ws: str, ns: str) -> ReleaseResult:
         """`spec.paused=true` without a pod snapshot. The add-on intercepts every paused
         false->true of a Workspace it manages (webhook.go), so the Workspace is opted out first
         (its own setting noted, put back by the next start), then paused."""
@@ -118,8 +119,8 @@ class Workspaces:
                 f"GKE Workspaces took a pod snapshot of {ws} although it was opted out for "
                 "this stop", reason="snapshot_not_wanted",
                 hint="the pod is frozen and uploaded; the kernels come back live on resume")
-        return {"released": True, "stopped_via": "workspace", "owner": ws,
-                **({"snapshot_opt_out": True} if opted_out else {})}
+        return ReleaseResult(released=True, stopped_via="workspace", owner=ws,
+                             snapshot_opt_out=opted_out)
 
     async def undo_stop_opt_out(self) -> bool:
         """Put back the Workspace's own snapshot setting after a stop (True when it did)."""
@@ -185,7 +186,7 @@ class Workspaces:
                 log.warning("jupyter-pause: watching for GKE Workspaces' pauses: %s", e)
                 await asyncio.sleep(30)
 
-    async def snapshot(self, ctx: PauseContext) -> dict[str, Any]:
+    async def snapshot(self, ctx: PauseContext) -> SnapshotResult:
         """Before the pause: who we are (after a restore this process wakes up inside release()),
         and whether the add-on will snapshot the pod when the Workspace is paused."""
         ws, _, obj = await self.of_pod()
@@ -195,10 +196,10 @@ class Workspaces:
         # the pause writes nothing to the pod's volumes (the lifecycle's hold_writes).
         managed = await self.addon_manages(obj)
         # "kubeflow" whichever backend asked: the pause goes through the Kubeflow Workspace.
-        return {"skipped": True, "workspace": ws, "backend": "kubeflow",
-                "gke_workspaces": managed, "hold_writes": managed}
+        return SnapshotResult(skipped=True, workspace=ws, backend="kubeflow",
+                              gke_workspaces=managed, hold_writes=managed)
 
-    async def release(self, ctx: PauseContext, *, timeout: float) -> dict[str, Any]:
+    async def release(self, ctx: PauseContext, *, timeout: float) -> ReleaseResult:
         """Pause the Workspace; with the add-on, follow its pod snapshot for `timeout` s."""
         ws, ns, obj = await self.of_pod()
         if ctx.mode == "stop":
@@ -210,7 +211,7 @@ class Workspaces:
         out = await self.set_paused(ws, ns) or {}
         # The add-on's answer to the pause in the very response is proof, whatever we read.
         if not (managed or intercepted(out)):
-            return {"released": True, "stopped_via": "workspace", "owner": ws}
+            return ReleaseResult(released=True, stopped_via="workspace", owner=ws)
         # GKE Workspaces: the webhook turns paused back to false and checkpoints first. The pod
         # (this process) is frozen while it uploads and stopped after, so a release that returns
         # by itself either saw Ready, or wakes up in the pod restored from that snapshot.
@@ -276,7 +277,7 @@ class Workspaces:
 
     async def follow_checkpoint(self, ctx: PauseContext, ws: str, ns: str, *,
                                 timeout: float, before: dict[str, dict] | None = None,
-                                since: str | None = None) -> dict[str, Any]:
+                                since: str | None = None) -> ReleaseResult:
         """Follow the add-on's checkpoint-state to Ready; with `before` (the triggers of this
         pod that existed before the pause), end it early when the add-on's trigger or
         PodSnapshot fails."""
@@ -307,7 +308,7 @@ class Workspaces:
             "(IAM, bucket) and the gke-workspaces add-on logs")
 
     async def _follow_state(self, ctx: PauseContext, ws: str, ns: str, *,
-                            timeout: float) -> dict[str, Any]:
+                            timeout: float) -> ReleaseResult:
         seen: list[str] = []
 
         def done(w: dict | None) -> Any:
@@ -344,11 +345,11 @@ class Workspaces:
             raise BackendError(str(e), reason="kubernetes") from None
         if kind == "resumed" or await self.pod.restored_here():
             return self._woke(ws)
-        return {"released": True, "stopped_via": "workspace", "owner": ws, "snapshot": detail,
-                "checkpoint_state": seen[-1] if seen else None}
+        return ReleaseResult(released=True, stopped_via="workspace", owner=ws, snapshot=detail,
+                             checkpoint_state=seen[-1] if seen else None)
 
-    def _woke(self, ws: str) -> dict[str, Any]:
+    def _woke(self, ws: str) -> ReleaseResult:
         # Never pause again: the restored pod is the resumed workspace.
         self.pod.paused_as["woke_up"] = True
-        return {"released": False, "woke_up": True, "stopped_via": "workspace", "owner": ws,
-                "reason": "this pod was restored from the pod snapshot"}
+        return ReleaseResult(released=False, woke_up=True, stopped_via="workspace", owner=ws,
+                             reason="this pod was restored from the pod snapshot")

@@ -6,10 +6,18 @@ Protocol (implemented for the server by :func:`jupyter_pause.server.bridge.run_b
 1. The server sends ONE ``execute_request`` with ``silent=True, store_history=False,
    stop_on_error=False, allow_stdin=False`` and::
 
-       code = "__import__('jupyter_pause.kernel.bridge', fromlist=['_']).call(%r, %r)" % (
-           func, json.dumps(kwargs))
+       code = ("__import__('jupyter_pause.kernel.bridge', fromlist=['_']).call(%r, %r, %d) "
+               "if <jupyter_pause importable> else None") % (func, json.dumps(kwargs), PROTOCOL)
        user_expressions = {
-           "jupyter_pause": "__import__('jupyter_pause.kernel.bridge', fromlist=['_']).last_result()"}
+           "jupyter_pause": "__import__('jupyter_pause.kernel.bridge', fromlist=['_']).last_result()",
+           "jupyter_pause_kernel_side": "<jupyter_pause.kernel.side.describe() if importable, "
+                                        "else {'installed': False, 'python': sys.executable}>"}
+
+   ``PROTOCOL`` is :data:`jupyter_pause.kernel.side.PROTOCOL` of the server's version: a kernel
+   side of another protocol runs nothing and answers ``{"ok": false, "protocol_mismatch": true,
+   "kernel_side": {...}}``. The second expression tells the server what the kernel side is (or
+   which interpreter lacks it) with every call; the server sends it alone (code ``None``) to ask
+   before a pause (:func:`jupyter_pause.server.kernelside.ask_kernel_side`).
 
    ``func`` is one of ``checkpoint``, ``restore``, ``liveness``, ``recompute``, ``autosave``; ``kwargs`` are
    that function's keyword arguments as JSON. The code is a single expression: it binds no name
@@ -18,8 +26,7 @@ Protocol (implemented for the server by :func:`jupyter_pause.server.bridge.run_b
 
 2. The reply's ``content["user_expressions"]["jupyter_pause"]`` is
    ``{"status": "ok", "data": {"text/plain": "<JSON>"}}``; ``json.loads`` of that text is the
-   result dict. If the status of the reply or of the expression is ``"error"`` (e.g.
-   ``ModuleNotFoundError``: jupyter_pause is not installed in the kernel's environment), the call
+   result dict. If the status of the reply or of the expression is ``"error"``, the call
    failed as a whole; ``ename``/``evalue`` say why.
 
 3. While it works, ``checkpoint`` and ``restore`` print progress lines on stdout (iopub
@@ -36,7 +43,7 @@ Results (every function returns a JSON string and never raises)::
     checkpoint(..., variable_timeout=None)
                -> {"ok": true, "checkpoint_id", "bytes_written", "bytes_total", "variables",
                    "pid", "token", "warnings": []} | {"ok": false, "error": "one line",
-                   "error_kind": "missing" | "corrupt" | null}
+                   "error_kind": "missing" | "corrupt" | null, "error_type": "StorageFullError"}
     restore    -> {"ok": true, "checkpoint_id", "variables", "warnings", "modules"} | {"ok": false, ...}
     liveness   -> {"ok": true, "token": str|None, "pid", "armed_at", "never_pause": bool,
                    "restored": null | {"checkpoint_id", "at", "by", "variables"},
@@ -44,6 +51,12 @@ Results (every function returns a JSON string and never raises)::
     recompute  -> {"ok": true, "variables": [...]} | {"ok": false, "error"}
     autosave(settings, store_url, key_path, stream, offered)
                -> {"ok": true, "enabled", "every_s", "phase", "saved", "cancelled", "last", ...}
+
+Every ``{"ok": false}`` result carries ``error_type``: the failure's exception type, a class
+name of :mod:`jupyter_pause.checkpoint.errors` when it is one of them (``StorageFullError``,
+``IntegrityError``, ``KeyMismatchError``, ``NotFoundError``, ``CheckpointError``), else the
+exception's own class name (``OpError``, ``KeyboardInterrupt``); the server maps it to a
+failure reason (:mod:`jupyter_pause.server.bridgeresults`) and never reads the message.
 
 ``variables`` rows: ``{"name", "kind", "size", "status", "reason", "cell", "recomputable"}``.
 ``checkpoint`` and ``restore`` also return ``process_state``: rows of the same shape with
@@ -66,7 +79,7 @@ from ..checkpoint import errors as cp_errors
 from ..variables import as_row, row
 from . import autosave as _autosave
 from . import liveness as _liveness
-from . import namespace, ops, provenance
+from . import namespace, ops, provenance, side
 from .progress import StdoutProgress
 
 log = logging.getLogger(__name__)
@@ -102,7 +115,8 @@ def _ok(**fields: Any) -> str:
 
 def _fail(e: BaseException) -> str:
     log.debug("jupyter-pause bridge call failed", exc_info=e)
-    return json.dumps({"ok": False, "error": ops.one_line(e), "error_kind": _error_kind(e)})
+    return json.dumps({"ok": False, "error": ops.one_line(e), "error_kind": _error_kind(e),
+                       "error_type": cp_errors.error_type(e)})
 
 
 def _error_kind(e: BaseException) -> str | None:
@@ -275,11 +289,20 @@ _FUNCS = {
 }
 
 
-def call(func: str, kwargs_json: str = "{}") -> None:
+def call(func: str, kwargs_json: str = "{}", protocol: int | None = None) -> None:
     """Entry point of the silent execution: run ``func(**json.loads(kwargs_json))``; the JSON
-    result is kept for :func:`last_result` (read through ``user_expressions``)."""
+    result is kept for :func:`last_result` (read through ``user_expressions``).
+
+    ``protocol``: the bridge protocol the server speaks. Another one than ours runs nothing:
+    the result says so, and the server, which knows both versions and the command that installs
+    its own, tells the person (arguments and results may mean something else there)."""
     global _last
     _last = None
+    if protocol is not None and protocol != side.PROTOCOL:
+        _last = json.dumps({"ok": False, "protocol_mismatch": True, "error_kind": "kernel_side",
+                            "error": f"the server speaks bridge protocol {protocol}, this "
+                            f"kernel side {side.PROTOCOL}", "kernel_side": side.describe()})
+        return
     try:
         fn = _FUNCS[func]
         kwargs = json.loads(kwargs_json or "{}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import os
 import pickle
 import signal
@@ -97,6 +98,27 @@ def _good(store_url: str) -> dict[str, Any]:
         return {d: st for (url, d), st in goodblobs._good.items() if url == store_url}
 
 
+def _freeze_gc() -> bool:
+    """Move every object the collector tracks to its permanent generation for the child's life.
+
+    Why: a collection of the old generation writes into the header of every object it scans,
+    so in the parent (a cell that allocates) and in the child (the pickling) it would copy on
+    write every page of a large namespace while the child lives: a cell then pays for copying
+    the namespace. The gc module's documentation gives this use of ``gc.freeze()`` before a
+    fork. Objects made meanwhile are collected as usual; the frozen ones go back to the oldest
+    generation when the child is done (``_unfreeze_gc``), so a cycle among them is collected
+    later, not never. A notebook that froze objects itself is left as it is."""
+    if gc.get_freeze_count() or not gc.isenabled():
+        return False
+    gc.freeze()
+    return True
+
+
+def _unfreeze_gc(froze: bool) -> None:
+    if froze:
+        gc.unfreeze()
+
+
 def write_in_child(write: Callable[[Callable[[Any], Any]], Any], store_url: str,
                    cache: Any, *, may_publish: Callable[[], bool],
                    started: Callable[[int], None]) -> dict[str, Any]:
@@ -107,7 +129,12 @@ def write_in_child(write: Callable[[Callable[[Any], Any]], Any], store_url: str,
     updated from the child), ``{"cancelled": True}`` or ``{"error": "one line"}``."""
     up_r, up_w = os.pipe()
     down_r, down_w = os.pipe()
-    pid = os.fork()
+    froze = _freeze_gc()
+    try:
+        pid = os.fork()
+    except BaseException:
+        _unfreeze_gc(froze)
+        raise
     if pid == 0:  # the child: never returns
         code = 1
         try:
@@ -153,6 +180,7 @@ def write_in_child(write: Callable[[Callable[[Any], Any]], Any], store_url: str,
         os.close(down_w)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
+        _unfreeze_gc(froze)
     if msg is None:
         return {"cancelled": True}  # killed (a foreground checkpoint, a stop)
     if "done" in msg:

@@ -126,7 +126,7 @@ def adopt_outputs(ip: Any, values: dict[str, Any]) -> None:
     hist.update(outs)
     ip.user_ns.update({f"_{n}": v for n, v in outs.items()})
     last = [hist[n] for n in sorted(hist)[-3:]][::-1]
-    for name, v in zip(("_", "__", "___"), last):
+    for name, v in zip(("_", "__", "___"), last, strict=False):
         ip.user_ns[name] = v
 
 
@@ -209,7 +209,7 @@ def _cfg_capture() -> Any:
 
 
 def _config_value(v: Any) -> bool:
-    return scalar(v) or isinstance(v, list) and all(scalar(x) for x in v)
+    return scalar(v) or (isinstance(v, list) and all(scalar(x) for x in v))
 
 
 def _cfg_restore(state: Any) -> list[Outcome]:

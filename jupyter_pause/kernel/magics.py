@@ -20,15 +20,15 @@ from ..units import format_bytes
 from ..variables import as_row, summary
 from . import args, autosave, liveness, namespace, ops, provenance, server_api
 from .progress import NotebookProgress
-from .report import Report
+from .variablereport import Report
 
 log = logging.getLogger(__name__)
 
 
-def _one_line_errors(name: str) -> Callable:
+def _one_line_errors(name: str) -> Callable[..., Any]:
     """Turn anything a magic raises into one UsageError line."""
 
-    def wrap(fn: Callable) -> Callable:
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def inner(self: Any, line: str = "") -> Any:
             try:
@@ -215,6 +215,9 @@ class PauseMagics(Magics):
     @argument("--allow", action="store_true", help="allow pausing this kernel again")
     @argument("--autosave", nargs="+", metavar="off|on|every N s",
               help="autosave after cells: off, on, or at most every N seconds")
+    @argument("--lose-state", action="store_true",
+              help="pause even if a kernel cannot be checkpointed (another language, or no "
+              "jupyter-pause in its environment): its state is lost, and named in the report")
     def pause(self, line: str = "") -> None:
         """Pause this workspace (checkpoint, then free the accelerator)."""
         opts = args.parse(self.pause, line)
@@ -233,9 +236,22 @@ class PauseMagics(Magics):
             )
             return
         server = server_api.find_server()
-        _, payload = server_api.request(
-            server, "POST", "pause", {"trigger": "magic", "interrupt": False}
-        )
+        body: dict[str, Any] = {"trigger": "magic", "interrupt": False}
+        if opts.lose_state:
+            body["allow_uncheckpointable"] = True
+        try:
+            _, payload = server_api.request(server, "POST", "pause", body)
+        except server_api.ServerError as e:
+            if e.payload.get("reason") != "uncheckpointable":
+                raise
+            names = "; ".join(
+                f"{k.get('path') or k.get('kernel_id')} ({k.get('kernel')}: {k.get('why')})"
+                for k in e.payload.get("uncheckpointable") or []
+            )
+            raise UsageError(
+                f"%pause: not paused, nothing was changed: a pause would lose the state of "
+                f"{names}. %pause --lose-state pauses anyway."
+            ) from None
         flight = payload.get("flight") or {}
         print(
             "Pause requested"

@@ -14,12 +14,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from .. import checkpoint as cp
-from ..checkpoint.pickling import take_load_notes
 from ..checkpoint.retention import is_autosave
 from ..statefile import protected_ids
 from ..variables import as_row, is_recomputable, row, set_status
 from . import ipystate, liveness, namespace, provenance
-from .report import apply_load_notes
+from .variablereport import apply_load_notes
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +200,6 @@ def do_restore(
     prov = provenance.install(ip)
     store = cp.open_store(store_url)
     key = cp.load_or_create_key(key_path, store=store)  # refuses to orphan existing checkpoints
-    take_load_notes()  # notes of an earlier, failed read are not this one's
     rr = cp.read(
         store,
         key=key,
@@ -222,7 +220,7 @@ def do_restore(
         aliases = {}  # a partial restore brings back what was asked for, nothing else
     modules, missing = namespace.reimport_modules(ip, aliases)
     out = Restored(rr, modules, missing)
-    apply_load_notes(out.variables, take_load_notes())
+    apply_load_notes(out.variables, rr.load_notes)
     _add_pending_rows(out, meta, only)
     if only is not None:
         absent = [n for n in only if n not in {v["name"] for v in out.variables}]
@@ -232,7 +230,7 @@ def do_restore(
             out.warnings.append("process state (random streams, cwd, settings) left as it is: "
                                 "a partial restore; --process-state restores it too")
     prov.adopt({v["name"]: v.get("cell") for v in out.variables if v["name"] in values})
-    prov.adopt({m: None for m in modules})
+    prov.adopt(dict.fromkeys(modules))
     prov.pending.update(
         {
             v["name"]: v["cell"]
@@ -271,7 +269,7 @@ def _quiet_tracebacks(ip: Any) -> Iterator[None]:
     try:
         yield
     finally:
-        for name, value in zip(("showtraceback", "showsyntaxerror"), saved):
+        for name, value in zip(("showtraceback", "showsyntaxerror"), saved, strict=False):
             if value is None:
                 ip.__dict__.pop(name, None)
             else:

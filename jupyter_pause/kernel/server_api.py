@@ -1,8 +1,10 @@
 """Find the Jupyter server that runs this kernel and call jupyter-pause's REST API on it.
 
 The server is found the way ``jupyter server list`` finds servers: the ``jpserver-*.json`` files in
-Jupyter's runtime directory (read directly, so the kernel never imports jupyter_server). The one
-whose ``pid`` is this kernel's parent (or an ancestor) wins.
+Jupyter's runtime directory (read directly, so the kernel never imports jupyter_server, and the
+CLI answers at once). :func:`discover_server` is the one rule, for the kernel and the CLI alike:
+the server whose ``pid`` is this process's parent (or an ancestor) wins, then the only one, then
+the one whose root folder holds the current folder most closely.
 """
 
 from __future__ import annotations
@@ -26,11 +28,17 @@ API_PREFIX = "jupyter-pause/api/"
 
 class ServerError(Exception):
     """One line for the person: no server, refused request, unreachable server. ``status`` is
-    the HTTP status of a refused request (None when no answer came)."""
+    the HTTP status of a refused request (None when no answer came), ``payload`` its JSON."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None,
+                 payload: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.payload = payload or {}
+
+
+class NoServerRunning(ServerError):
+    """No runtime file of a live Jupyter server was found."""
 
 
 def _ancestors() -> list[int]:
@@ -43,6 +51,8 @@ def _ancestors() -> list[int]:
 
 
 def running_servers(runtime_dir: str | None = None) -> list[dict[str, Any]]:
+    """The ``jpserver-*.json`` runtime files of live server processes (what
+    jupyter_server.serverapp.list_running_servers reads), in file-name order."""
     if runtime_dir is None:
         from jupyter_core.paths import jupyter_runtime_dir
 
@@ -55,22 +65,24 @@ def running_servers(runtime_dir: str | None = None) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             continue  # being written, or unreadable
         pid = info.get("pid") if isinstance(info, dict) else None
+        # pid_exists counts another user's live process too (EPERM)
         if isinstance(pid, int) and pid > 0 and psutil.pid_exists(pid):
             out.append(info)
     return out
 
 
-def find_server(runtime_dir: str | None = None) -> dict[str, Any]:
-    """The server running this kernel; raises ServerError (one line) when there is none."""
-    url = os.environ.get("JUPYTER_PAUSE_SERVER_URL")
-    if url:
-        return {"url": url, "token": os.environ.get("JUPYTER_PAUSE_SERVER_TOKEN", ""), "pid": None}
+def _root(server: dict[str, Any]) -> str | None:
+    root = server.get("root_dir") or server.get("notebook_dir")  # notebook_dir: Notebook 6
+    return os.path.realpath(root) if isinstance(root, str) and root else None
+
+
+def discover_server(runtime_dir: str | None = None) -> dict[str, Any]:
+    """The running server this process belongs to, as its runtime file describes it (``url``,
+    ``token``, ``pid``, ...); raises ServerError (one line) when none is running or several are
+    and none of them is an ancestor of this process or serves the current folder."""
     servers = running_servers(runtime_dir)
     if not servers:
-        raise ServerError(
-            "no running Jupyter server found for this kernel "
-            "(is it running under JupyterLab / jupyter server?)"
-        )
+        raise NoServerRunning("no running Jupyter server found")
     by_pid = {s.get("pid"): s for s in servers}
     for pid in _ancestors():
         if pid in by_pid:
@@ -78,18 +90,30 @@ def find_server(runtime_dir: str | None = None) -> dict[str, Any]:
     if len(servers) == 1:
         return servers[0]
     cwd = os.path.realpath(os.getcwd())
-    under = [
-        s
-        for s in servers
-        if s.get("root_dir")
-        and (cwd + os.sep).startswith(os.path.realpath(s["root_dir"]).rstrip(os.sep) + os.sep)
-    ]
-    if under:
-        return max(under, key=lambda s: len(s["root_dir"]))
+    best, best_len = None, -1
+    for s in servers:
+        root = _root(s)
+        if root and (cwd + os.sep).startswith(root.rstrip(os.sep) + os.sep) \
+                and len(root) > best_len:
+            best, best_len = s, len(root)
+    if best is not None:
+        return best
     raise ServerError(
-        f"{len(servers)} Jupyter servers are running and none is this kernel's "
-        "parent; cannot tell which one to ask"
+        f"{len(servers)} Jupyter servers are running and none is this process's parent or "
+        "serves the current folder; cannot tell which one to ask"
     )
+
+
+def find_server(runtime_dir: str | None = None) -> dict[str, Any]:
+    """The server running this kernel; raises ServerError (one line) when there is none."""
+    url = os.environ.get("JUPYTER_PAUSE_SERVER_URL")
+    if url:
+        return {"url": url, "token": os.environ.get("JUPYTER_PAUSE_SERVER_TOKEN", ""), "pid": None}
+    try:
+        return discover_server(runtime_dir)
+    except NoServerRunning as e:
+        raise NoServerRunning(f"{e} for this kernel (is it running under JupyterLab / "
+                              "jupyter server?)") from None
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -107,7 +131,7 @@ def request(
     server: dict[str, Any],
     method: str,
     endpoint: str,
-    body: dict | None = None,
+    body: dict[str, Any] | None = None,
     timeout: float = 15.0,
 ) -> tuple[int, dict[str, Any]]:
     """``method <base>/jupyter-pause/api/<endpoint>`` with the server's token; (status, json)."""
@@ -162,5 +186,6 @@ def request(
         )
     if status >= 400:
         msg = payload.get("message") or payload.get("reason") or raw.decode(errors="replace")
-        raise ServerError(" ".join(f"the server refused: {msg} (HTTP {status})".split()), status)
+        raise ServerError(" ".join(f"the server refused: {msg} (HTTP {status})".split()), status,
+                          payload)
     return status, payload

@@ -1,7 +1,9 @@
 """HTTP routes of the platform tools, and the server hooks that start the idle monitor.
 
-The server (``PauseApp.extension_modules``) calls ``get_handlers(app)`` when it builds its routes,
-``await start(app)`` once the Lifecycle runs and ``await stop(app)`` at shutdown.
+This module is a plugin of the server (entry-point group ``jupyter_pause.server_modules``, read
+into ``PauseApp.extension_modules``): the server never imports the policy package. It calls
+``autosave_settings(app)`` and ``get_handlers(app)`` while it starts, ``await start(app)`` once
+the Lifecycle runs and ``await stop(app)`` at shutdown.
 
 Routes (under ``<base_url>``; authenticated, XSRF-checked by APIHandler):
   GET  jupyter-pause/api/policy          auto-pause state (profile, idle verdict, countdown)
@@ -27,9 +29,10 @@ from ..journal import journal_path, parse_time, read_journal
 from ..server import validate as v
 from ..server.handlers import API, ApiError, BaseHandler
 from ..units import parse_duration
+from .costreport import build_report
 from .gc import GCError, run_gc_for_app
 from .monitor import IdleMonitor
-from .report import build_report
+from .profiles import IdlePolicy
 from .whatif import DEFAULT_THRESHOLDS, measured_costs, simulate, trace_from_journal
 
 MONITOR_KEY = "jupyter_pause_idle_monitor"
@@ -177,6 +180,15 @@ def get_handlers(app: Any) -> list[tuple[str, type]]:
         (rf"{API}/report", ReportHandler),
         (rf"{API}/gc", GcHandler),
     ]
+
+
+def autosave_settings(app: Any) -> dict[str, Any]:
+    """The workload profile's autosave defaults (the server's ``autosave`` keys go over them);
+    raises on a policy configuration that cannot be resolved."""
+    policy = IdlePolicy(parent=app)
+    profile, _, _ = policy.resolve(
+        accelerator_count=int((app.accelerator or {}).get("count") or 0))
+    return policy.autosave_for(profile.name)
 
 
 async def start(app: Any) -> None:

@@ -12,6 +12,13 @@ Idle, for one workspace at time ``now``, with the profile's rules:
 
 A notebook that ran ``%pause --never`` (the kernel reports ``never_pause``) is exempt.
 
+A kernel that cannot be checkpointed (another language, or no kernel side of jupyter-pause)
+would lose its state in a pause. Nobody is there to say "pause anyway", so the profile decides
+(``uncheckpointable``): ``skip`` (the default) never auto-pauses such a workspace and says why in
+the verdict; ``pause_anyway`` pauses it, that kernel's state lost and named in the report. The
+default keeps work: an hour of an R session is worth more than an idle accelerator-hour.
+A ``stop`` profile saves no kernel's state anyway, so the rule does not apply to it.
+
 ``AutoPauser`` turns successive observations into decisions: announce (a client is connected:
 give the person ``grace_period`` seconds to cancel), cancel (activity came back, or the person
 said no), fire (go through the normal pause lifecycle with trigger "idle").
@@ -23,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Action = Literal["pause", "stop", "none"]
+Uncheckpointable = Literal["skip", "pause_anyway"]
+UNCHECKPOINTABLE = ("skip", "pause_anyway")
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,8 @@ class Profile:
     require_no_connections: bool = False
     count_terminals: bool = True
     snapshot: bool = True
+    # A kernel that cannot be checkpointed: skip the auto-pause, or pause and lose its state.
+    uncheckpointable: Uncheckpointable = "skip"
     description: str = ""
 
     def to_dict(self) -> dict:
@@ -56,6 +67,10 @@ class KernelView:
     last_activity: float | None = None  # epoch seconds
     path: str | None = None
     never_pause: bool | None = None  # None = not asked (asked only before an announce/fire)
+    # False: a pause cannot checkpoint it (``why`` says why); None = not asked (as above)
+    checkpointable: bool | None = None
+    why: str = ""
+    kernel: str | None = None  # the kernelspec name
 
 
 @dataclass
@@ -74,6 +89,10 @@ class Observation:
     @property
     def exempt(self) -> list[KernelView]:
         return [k for k in self.kernels if k.never_pause]
+
+    @property
+    def uncheckpointable(self) -> list[KernelView]:
+        return [k for k in self.kernels if k.checkpointable is False]
 
 
 @dataclass
@@ -113,6 +132,11 @@ def evaluate(obs: Observation, profile: Profile, now: float, baseline: float) ->
         blockers.append(f"profile {profile.name} never auto-pauses")
     if obs.exempt:
         blockers.append("opted out with %pause --never: " + ", ".join(_name(k) for k in obs.exempt))
+    if (profile.action == "pause" and profile.uncheckpointable == "skip"
+            and obs.uncheckpointable):
+        lost = "; ".join(f"{_name(k)} ({k.why})" for k in obs.uncheckpointable)
+        blockers.append(f"a pause would lose the state of {lost}: profile {profile.name} does "
+                        "not auto-pause then (uncheckpointable: skip)")
     eligible_at = None if blockers else last + profile.idle_after
     if not blockers and idle_for < profile.idle_after:
         blockers.append(f"active {int(idle_for)} s ago (idle after {int(profile.idle_after)} s)")

@@ -20,7 +20,7 @@ from typing import Any
 from traitlets.config import LoggingConfigurable
 
 from ..journal import iso
-from ..server import bridge
+from ..server import bridge, checkpointable
 from .idle import AutoPauser, Decision, KernelView, Observation
 from .profiles import IdlePolicy
 
@@ -51,7 +51,8 @@ class IdleMonitor(LoggingConfigurable):
         self.pauser = AutoPauser(self.profile, clock())
         self.last_decision: Decision | None = None
         self.last_observation: Observation | None = None
-        self._never: dict[str, tuple[float | None, bool]] = {}  # kid -> (last_activity, never)
+        # kid -> (last_activity, never, checkpointable, why): what the last probe found
+        self._never: dict[str, tuple[float | None, bool, bool, str]] = {}
         self._runnable = True
         self._task: asyncio.Task | None = None
         self._tick_lock = asyncio.Lock()
@@ -81,18 +82,29 @@ class IdleMonitor(LoggingConfigurable):
                 continue
             last = _ts(getattr(k, "last_activity", None))
             never = self._never.get(kid)
+            known = never if never is not None and never[0] == last else None
             kernels.append(KernelView(
                 id=kid, execution_state=getattr(k, "execution_state", "idle"), last_activity=last,
-                path=paths.get(kid), never_pause=never[1] if never and never[0] == last else None))
+                path=paths.get(kid), never_pause=known[1] if known else None,
+                checkpointable=known[2] if known else None, why=known[3] if known else "",
+                kernel=getattr(k, "kernel_name", None)))
             total += int(conns.get(kid, 0))
         settings = getattr(self.serverapp, "web_app", None)
         term = _ts(settings.settings.get("terminal_last_activity")) if settings else None
         return Observation(kernels=kernels, connections=total, terminal_last_activity=term)
 
     async def _probe_never(self, obs: Observation) -> None:
-        """Ask each kernel whether ``%pause --never`` is on (only before announcing or firing)."""
+        """Ask each kernel whether ``%pause --never`` is on, and whether a pause can checkpoint
+        it (only before announcing or firing)."""
         async def one(k: KernelView) -> None:
             if k.never_pause is not None:
+                return
+            side = await checkpointable.side_of(self.serverapp, k.id,
+                                                self.policy.probe_timeout)
+            k.checkpointable, k.why = side.checkpointable, side.why
+            if not side.checkpointable:  # nothing more to ask (and never in its language)
+                k.never_pause = False
+                self._never[k.id] = (k.last_activity, False, False, side.why)
                 return
             try:
                 # bridge.call keeps the probe out of the activity record (not_activity)
@@ -102,7 +114,7 @@ class IdleMonitor(LoggingConfigurable):
             except Exception as e:  # noqa: BLE001 - no answer cannot opt out
                 self.log.debug("jupyter_pause policy: probe of %s failed: %s", k.id, e)
                 k.never_pause = False
-            self._never[k.id] = (k.last_activity, k.never_pause)
+            self._never[k.id] = (k.last_activity, k.never_pause, True, "")
 
         await asyncio.gather(*(one(k) for k in obs.kernels))
 
@@ -147,6 +159,10 @@ class IdleMonitor(LoggingConfigurable):
                 kwargs["mode"] = "stop"
             else:  # a full pause is the safe fallback: it only costs a checkpoint
                 self.log.info("jupyter_pause: the lifecycle has no 'stop' mode; pausing instead")
+        elif self.profile.uncheckpointable == "pause_anyway":
+            # The profile's answer to "pause anyway?": such kernels lose their state, named
+            # in the journal and the report. With "skip", the pause refuses any it finds.
+            kwargs["lose_state"] = True
         try:
             await request(**kwargs)
         except Exception as e:  # noqa: BLE001 - Refusal etc.: watch again
@@ -195,6 +211,9 @@ class IdleMonitor(LoggingConfigurable):
             "cancellable": p.state == "announced",
             "idle": verdict,
             "connections": obs.connections if obs else None,
+            # the kernels a pause could not checkpoint, as the last probe found them
+            "uncheckpointable": [{"kernel_id": k.id, "path": k.path, "kernel": k.kernel,
+                                  "why": k.why} for k in (obs.uncheckpointable if obs else [])],
             "last_decision": {"kind": d.kind, "reason": d.reason} if d else None,
             "interval": self.policy.interval,
         }

@@ -37,13 +37,13 @@ def write_plot(path: str, report: dict | None, whatif: dict | None) -> str:
         labels = [p["start"][:10] for p in periods]
         held = [p["accelerator_hours_held"] for p in periods]
         rel = [p["accelerator_hours_released"] for p in periods]
-        xs = range(len(labels))
+        xs = list(range(len(labels)))
         ax.bar(xs, held, label="held", color="#d62728")
         ax.bar(xs, rel, bottom=held, label="released", color="#2ca02c")
         ax.set_xticks(list(xs), labels, rotation=45, ha="right", fontsize=8)
         ax.set_ylabel("accelerator-hours")
         ax.set_title(f"Accelerator held vs released (per {report['window']['period']})")
-        top = max([h + r for h, r in zip(held, rel)] or [0])
+        top = max([h + r for h, r in zip(held, rel, strict=False)] or [0])
         ax.set_ylim(0, max(top, 1e-9) * 1.2)
         ax.legend(loc="upper center", ncol=2, fontsize=8)
     if whatif is not None:
@@ -54,7 +54,7 @@ def write_plot(path: str, report: dict | None, whatif: dict | None) -> str:
         bars = ax.bar(xs, [r["released_h"] for r in rows], color="#1f77b4", label="released")
         ax.axhline(whatif["upper_bound_h"], color="black", linestyle="--",
                    label=f"upper bound {whatif['upper_bound_h']:.1f} h (allocated - used)")
-        for b, r in zip(bars, rows):
+        for b, r in zip(bars, rows, strict=False):
             ax.annotate(f"{r['released_h']:.1f} h\n{r['pauses']} pauses\n"
                         f"{r['restarts']} restarts",
                         (b.get_x() + b.get_width() / 2, b.get_height() / 2),

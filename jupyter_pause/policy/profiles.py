@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -25,7 +25,7 @@ from traitlets import Bool, Dict, Float, List, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
 from .. import configcheck as cc
-from .idle import Profile
+from .idle import UNCHECKPOINTABLE, Profile
 
 PROFILE_LABEL = "jupyter-pause/profile"
 
@@ -142,12 +142,15 @@ def build_profiles(overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, Prof
             raise ValueError(f"profile {name}: unknown setting(s) {', '.join(sorted(unknown))}")
         if fields.get("action", "pause") not in ("pause", "stop", "none"):
             raise ValueError(f"profile {name}: action must be pause, stop or none")
+        if fields.get("uncheckpointable", "skip") not in UNCHECKPOINTABLE:
+            raise ValueError(f"profile {name}: uncheckpointable must be skip or pause_anyway")
         base = profiles.get(name, replace(DEFAULT_PROFILES["gpu-experiment"], description=""))
         profiles[name] = replace(base, name=name, **fields)
     return profiles
 
 
-def select_profile(w: Workload, profiles: Mapping[str, Profile], rules: list[Mapping[str, Any]],
+def select_profile(w: Workload, profiles: Mapping[str, Profile],
+                   rules: Sequence[Mapping[str, Any]],
                    forced: str = "") -> tuple[Profile, str]:
     """(profile, why it was chosen)."""
     if forced:
@@ -155,7 +158,7 @@ def select_profile(w: Workload, profiles: Mapping[str, Profile], rules: list[Map
             raise ValueError(f"unknown profile {forced!r} (known: {', '.join(sorted(profiles))})")
         return profiles[forced], "configured"
     labelled = w.labels.get(PROFILE_LABEL)
-    if labelled in profiles:
+    if labelled is not None and labelled in profiles:
         return profiles[labelled], f"pod label {PROFILE_LABEL}={labelled}"
     for i, rule in enumerate(rules):
         if rule_matches(rule, w):
@@ -181,7 +184,9 @@ class IdlePolicy(cc.ValidatedConfig, LoggingConfigurable):
         config=True,
         help="Profile overrides by name, e.g. {'gpu-experiment': {'idle_after': 1800}}. Fields: "
              "action (pause|stop|none), idle_after, grace_period (s), require_no_connections, "
-             "count_terminals, snapshot, description.")
+             "count_terminals, snapshot, description, uncheckpointable (skip|pause_anyway: "
+             "what an auto-pause does when a kernel cannot be checkpointed, e.g. another "
+             "language; skip, the default, does not auto-pause such a workspace).")
     rules = List(
         Dict(), default_value=DEFAULT_RULES, config=True,
         help="Ordered selection rules; first match wins. Keys: min_gpus, max_gpus, image (glob), "

@@ -7,9 +7,9 @@ from ..units import format_bytes, format_duration
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
     line = lambda cells: "  ".join(str(c).rjust(w) if i else str(c).ljust(w)
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
+                                   for i, (c, w) in enumerate(zip(cells, widths, strict=False)))
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 
 from ..journal import History, parse_time
-from .report import flights
+from .costreport import flights
 from .stats import clip, hours, merge_intervals, quantile, total
 
 DEFAULT_THRESHOLDS = (15 * 60.0, 3600.0, 4 * 3600.0)
@@ -85,7 +85,7 @@ def _rows_from_text(text: str, fmt: str) -> list[dict]:
             header = [c.lower() for c in cells]
             continue
         keys = header or ["start", "end", "kind"]
-        out.append(dict(zip(keys, cells)))
+        out.append(dict(zip(keys, cells, strict=False)))
     return out
 
 

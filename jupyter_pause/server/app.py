@@ -6,9 +6,7 @@ import asyncio
 import importlib
 import json
 import os
-import signal
-import sys
-import threading
+from importlib.metadata import entry_points
 from typing import Any, ClassVar
 
 from jupyter_core.paths import jupyter_data_dir
@@ -19,7 +17,7 @@ from traitlets import Bool, Dict, Float, Instance, Int, List, Unicode, Union, de
 from .. import configcheck as cc
 from ..cluster.accelerator import detected_accelerator
 from ..cluster.base import Backend, resolve_backend_class
-from . import kernelguard
+from . import jupyter_seams, kernelguard
 from .deaths import Deaths
 from .events import register_schema
 from .handlers import default_handlers
@@ -28,10 +26,12 @@ from .restarts import RestartWatch
 from .shutdown import checkpoint_on_shutdown
 from .statelock import StateDirBusy, StateLock
 
-# Optional modules of this package that add routes and start-up work. Each may define
+# Modules that add routes and start-up work (the policy tools are one: they use this package,
+# never the reverse). Found by entry point, each by its module name; each may define
 #   get_handlers(app: PauseApp) -> list[tuple[str, type]]   (patterns like r"/jupyter-pause/api/x")
 #   async def start(app: PauseApp) -> None ;  async def stop(app: PauseApp) -> None
-DEFAULT_EXTENSION_MODULES = ["jupyter_pause.policy.handlers"]
+#   autosave_settings(app: PauseApp) -> dict   (defaults for ``autosave``, e.g. per profile)
+EXTENSION_MODULES_GROUP = "jupyter_pause.server_modules"
 
 
 class PauseApp(cc.ValidatedConfig, ExtensionApp):
@@ -131,10 +131,22 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
         "(seconds idle before a write starts, default 0.25), keep (newest autosaves kept per "
         "notebook, default 3), max_bytes (and at most this many bytes of them, 0: no bound).",
     ).tag(config=True)
-    extension_modules = List(
-        Unicode(), DEFAULT_EXTENSION_MODULES,
-        help="Modules that add routes/start-up work (get_handlers(app), start(app), stop(app)).",
+    kernel_huge_pages = Bool(
+        True, help="Start kernels with THP_MEM_ALLOC_ENABLE=1 (unless the environment sets it): "
+        "torch then backs large CPU tensors with transparent huge pages, so the fork of an "
+        "autosave copies one page-table entry per 2 MiB instead of per 4 KiB (a 4 GiB state: "
+        "about a quarter of the time, and a cell writing a tensor meanwhile is held less).",
     ).tag(config=True)
+    extension_modules = List(
+        Unicode(),
+        help="Modules that add routes/start-up work (get_handlers(app), start(app), stop(app), "
+        f"autosave_settings(app)); default: those of entry-point group {EXTENSION_MODULES_GROUP!r}.",
+    ).tag(config=True)
+
+    @default("extension_modules")
+    def _default_extension_modules(self) -> list[str]:
+        return [ep.value for ep in sorted(entry_points(group=EXTENSION_MODULES_GROUP),
+                                          key=lambda ep: ep.name)]
 
     # Values traitlets' types let through but nothing could use: refused at start, with the
     # reason in status, instead of at the resume that needs them (see jupyter_pause.configcheck).
@@ -166,12 +178,14 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
     _restarts: RestartWatch | None = None
     _deaths: Deaths | None = None
     _profile_autosave: dict[str, Any] | None = None
+    _modules: list[Any] | None = None
     _renames: kernelguard.RenameWatch | None = None
     # How the server was asked to stop: "signal", "api" (the shutdown API), "idle".
     _stop_trigger: str | None = None
+    _stop_watch: jupyter_seams.StopTrigger | None = None
+    _sigint: jupyter_seams.SigintStop | None = None
     _stopping: asyncio.Future | None = None
     _started = False
-    _sigint_before: Any = None
 
     @default("accelerator")
     def _default_accelerator(self) -> dict[str, Any]:
@@ -194,16 +208,19 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
                 **{k: v for k, v in own.items() if isinstance(k, str)}}
 
     def _autosave_of_profile(self) -> dict[str, Any]:
-        try:
-            from ..policy.profiles import IdlePolicy
+        out: dict[str, Any] = {}
+        for module in self._load_modules():
+            if hasattr(module, "autosave_settings"):
+                try:
+                    out.update(module.autosave_settings(self))
+                except Exception as e:  # noqa: BLE001 - a bad policy config: the defaults then
+                    self.log.warning("jupyter_pause: autosave per profile not applied: %s", e)
+        return out
 
-            policy = IdlePolicy(parent=self)
-            profile, _, _ = policy.resolve(
-                accelerator_count=int((self.accelerator or {}).get("count") or 0))
-            return policy.autosave_for(profile.name)
-        except Exception as e:  # noqa: BLE001 - a bad policy config: the defaults then
-            self.log.warning("jupyter_pause: autosave per profile not applied: %s", e)
-            return {}
+    def _load_modules(self) -> list[Any]:
+        if self._modules is None:
+            self._modules = [m for m in (self._import(n) for n in self.extension_modules) if m]
+        return self._modules
 
     def refusal(self, action: str) -> str | None:
         """Why this configuration cannot run ``action`` ("pause" or "resume"), else None."""
@@ -249,6 +266,9 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
                 os.environ[var] = value
         # The magics' own autosave (%load_ext in a kernel the server did not start) alike.
         os.environ["JUPYTER_PAUSE_AUTOSAVE"] = json.dumps(self.autosave_settings(), default=str)
+        if self.kernel_huge_pages and self.autosave_settings().get("enabled"):
+            # read by torch's CPU allocator (c10/core/impl/alloc_cpu.cpp) at its first use
+            os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
         # Detect now, at start-up, not on the event loop's first pause (nvidia-smi may be slow).
         self.log.info("jupyter_pause: accelerator %s", self.accelerator)
         self.backend_instance = resolve_backend_class(self.backend)(parent=self)
@@ -257,7 +277,7 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
         self.settings["jupyter_pause_lifecycle"] = self.lifecycle
         self._activity: PeriodicCallback | None = None
         # Their routes exist either way (a disabled server answers them with 503).
-        self._modules = [m for m in (self._import(n) for n in self.extension_modules) if m]
+        self._load_modules()
         if self._lock_state_dir():
             self.lifecycle.load()
 
@@ -283,65 +303,57 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
         self.handlers.extend(default_handlers())
         # jupyter_server's routes that start kernels, refusing while paused (kernelguard).
         self.handlers.extend(kernelguard.handlers())
-        for module in self._modules:
+        for module in self._modules or ():
             if hasattr(module, "get_handlers"):
                 self.handlers.extend(module.get_handlers(self))
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
-        if self.disabled_reason:
+        lc = self.lifecycle
+        if self.disabled_reason or lc is None:  # no lifecycle: the extension is disabled
             return
         # What a pause means to the kernel and session managers, and the restore after a
         # stop: in one place, kernelguard. Before the first await: the server may already
         # answer requests while this method waits, and a session opened then must be guarded
         # and restored like any other.
-        kernelguard.install(self.lifecycle)
-        await self.lifecycle.start()
+        kernelguard.install(lc)
+        await lc.start()
         self._started = True
         self._restarts = RestartWatch(serverapp)
         self._restarts.start()
         self._deaths = Deaths(self)
         await self._deaths.start_after_kill()
         self._deaths.start()
-        self._renames = kernelguard.RenameWatch(self.lifecycle)
+        self._renames = kernelguard.RenameWatch(lc)
         self._renames.start()
+        self._stop_watch = jupyter_seams.StopTrigger(serverapp)
         if self.checkpoint_on_shutdown:
-            self._watch_stop(serverapp)
+            self._sigint = jupyter_seams.SigintStop()
+            self._sigint.install(serverapp)
         if self.activity_interval > 0:
-            self._activity = PeriodicCallback(self.lifecycle.sample_activity,
+            self._activity = PeriodicCallback(lc.sample_activity,
                                               self.activity_interval * 1000)
             self._activity.start()
-        for module in self._modules:
+        for module in self._modules or ():
             if hasattr(module, "start"):
                 await module.start(self)
 
-    def _watch_stop(self, serverapp: Any) -> None:
-        """Tell the journal how the server was asked to stop. jupyter_server's signal handlers
-        call ``stop(from_signal=True)``, its idle shutdown ``stop()``; the shutdown API calls
-        ``_cleanup()`` directly (so no trigger seen means the API)."""
-        original = serverapp.stop
-
-        def stop(from_signal: bool = False) -> None:
-            if self._stop_trigger is None:
-                # Frame inspection: the idle shutdown calls this bound method from a periodic
-                # callback made before extensions start, with nothing else that tells it apart.
-                caller = sys._getframe(1).f_code.co_name
-                self._stop_trigger = ("signal" if from_signal else
-                                      "idle" if caller == "shutdown_no_activity" else "api")
-            original(from_signal=from_signal)
-
-        serverapp.stop = stop
-        # Without a terminal jupyter_server leaves SIGINT to Python, whose KeyboardInterrupt
-        # ends the event loop with no clean-up at all (no extension stop, no kernel shutdown):
-        # route it to the server's stop, as JupyterHub does for its single-user servers.
-        if (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
-            self._sigint_before = signal.default_int_handler
-
-            def on_sigint(sig: int, frame: Any) -> None:
-                serverapp.log.critical("received signal %s, stopping", sig)
-                serverapp.stop(from_signal=True)
-
-            signal.signal(signal.SIGINT, on_sigint)
+    def current_activity(self) -> list[str]:
+        """What jupyter_server's idle shutdown (``shutdown_no_activity_timeout``, asked only
+        when no kernel runs) must wait for: a pause, a resume or the shutdown checkpoint in
+        flight, a restore after a stop. With the local backend a paused or resuming workspace
+        has no kernel, and a stop in the middle of a resume would lose it. Never the kernels'
+        autosaves or their own checkpoints (not the person's activity), and never a paused
+        workspace with nothing in flight: that one is idle, and may be shut down."""
+        lc = self.lifecycle
+        busy: list[str] = []
+        if lc is not None:
+            if lc.flight is not None:
+                busy.append(f"jupyter_pause {lc.flight.kind} {lc.flight.id}")
+            busy += [f"jupyter_pause restore of {p} after the stop"
+                     for p in sorted(lc.restoring_after_stop)]
+        if not busy and self._stop_watch is not None:
+            self._stop_watch.idle_check()  # the idle shutdown may stop the server now
+        return busy
 
     async def stop_extension(self) -> None:
         # jupyter_server may run its clean-up twice (a second SIGTERM): the second call must
@@ -351,11 +363,11 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
         await asyncio.shield(self._stopping)
 
     async def _stop_extension(self) -> None:
-        if self._sigint_before is not None and \
-                threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self._sigint_before)
-            self._sigint_before = None
-        for module in self._modules:
+        if self._stop_trigger is None and self._stop_watch is not None:
+            self._stop_trigger = self._stop_watch.trigger()
+        if self._sigint is not None:
+            self._sigint.restore()
+        for module in self._modules or ():
             if hasattr(module, "stop"):
                 try:
                     await module.stop(self)
@@ -378,7 +390,8 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
 
     async def _checkpoint_on_shutdown(self) -> None:
         # Never into the default store when the configured one could not be applied.
-        if not (self.checkpoint_on_shutdown and self._started) or self.config_error:
+        lc = self.lifecycle
+        if not (self.checkpoint_on_shutdown and self._started and lc) or self.config_error:
             return
         trigger = self._stop_trigger or "api"
         # A hub's spawner stops its server with a signal; say so (the culler and "Stop My
@@ -388,7 +401,7 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
         self.log.info("jupyter_pause: checkpointing the kernels before the server stops (%s, "
                       "budget %g s)", trigger, self.shutdown_checkpoint_budget)
         try:
-            await checkpoint_on_shutdown(self.lifecycle, trigger, self.shutdown_checkpoint_budget,
+            await checkpoint_on_shutdown(lc, trigger, self.shutdown_checkpoint_budget,
                                          hub=hub)
         except Exception:  # the server must stop whatever happens here
             self.log.exception("jupyter_pause: the shutdown checkpoint failed")

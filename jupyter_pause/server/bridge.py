@@ -34,22 +34,25 @@ from jupyter_core.utils import ensure_async
 
 from ..cluster.base import KernelRecord
 from ..kernelclient import client_of, msg_type, parent_id
+from . import kernelside
 from .activity import not_activity
+from .bridgeresults import CheckpointResult, LivenessResult, RestoreResult
 from .iopub import SUBSCRIBE_WAIT, IOPubReader
 from .protocol import (
-    EXPR_NAME,
-    RESULT_EXPRESSION,
+    PROBE,
     LineSplitter,
     ProgressCallback,
     bridge_code,
     parse_reply,
+    parse_side,
+    user_expressions,
 )
 
 log = logging.getLogger(__name__)
 
 # Bridge functions that may run twice without harm (they only read); only these are retried.
 # checkpoint / restore / recompute change state: a lost reply may still mean they ran.
-IDEMPOTENT = frozenset({"liveness"})
+IDEMPOTENT = frozenset({"liveness", PROBE})
 # After the reply: how long to keep reading IOPub for our trailing output and ``status: idle``.
 IOPUB_GRACE = 1.0
 # How often a waiting call checks that its kernel is still the same process.
@@ -92,6 +95,8 @@ async def run_bridge(
     timeout: float | None = None,
     gone: Callable[[], Awaitable[str | None]] | None = None,
     stalled: Callable[[], Awaitable[str | None]] | None = None,
+    python: str | None = None,
+    on_side: Callable[[dict[str, Any]], None] | None = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """Run ``jupyter_pause.kernel.bridge.<func>(**kwargs)`` on a started client; its result dict.
@@ -103,7 +108,11 @@ async def run_bridge(
     request. ``await gone()``, checked while waiting, returns a reason when the kernel process
     is no longer there (the result is then ``{"ok": False, "error": reason, "gone": True}``);
     ``await stalled()`` likewise when it makes no progress at all (``"stalled": True``).
-    Never raises for kernel-side failures: they come back as ``{"ok": False, "error": "..."}``.
+    Never raises for kernel-side failures: they come back as ``{"ok": False, "error": "..."}``;
+    a kernel without the package, or with another protocol, as ``"error_kind": "kernel_side"``
+    with the command that fixes it (``python``: the interpreter it names where the kernel did
+    not say). ``on_side(side)`` gets what the reply says the kernel side is
+    (:func:`.protocol.parse_side`).
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     splitter = LineSplitter(progress)
@@ -125,7 +134,7 @@ async def run_bridge(
             SUBSCRIBE_WAIT if deadline is None else min(SUBSCRIBE_WAIT, timeout or 0))
         msg_id = await ensure_async(client.execute(
             bridge_code(func, **kwargs), silent=True, store_history=False,
-            user_expressions={EXPR_NAME: RESULT_EXPRESSION}, allow_stdin=False,
+            user_expressions=user_expressions(func), allow_stdin=False,
             stop_on_error=False))
         reply = None
         while reply is None:
@@ -152,7 +161,10 @@ async def run_bridge(
         grace = IOPUB_GRACE if (subscribed or reader.subscribed.is_set()) else 0.2
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(idle.wait(), grace)
-        return parse_reply(reply)
+        side = parse_side(reply)
+        if side is not None and on_side is not None:
+            on_side(side)
+        return parse_reply(reply, python, func)
     finally:
         await reader.stop()
         splitter.feed("\n")
@@ -258,13 +270,20 @@ async def _call_once(serverapp: Any, kernel_id: str, func: str, pid: int | None,
 
     # Our checkpoint/restore/liveness calls are not the person's activity: without this,
     # they would keep /api/status's last_activity (Kubeflow's culler, JupyterHub) fresh.
+    kernel = serverapp.kernel_manager.get_kernel(kernel_id)
+
+    def on_side(side: dict[str, Any]) -> None:
+        kernelside.record(kernel, pid, side)
+
     async with not_activity(serverapp, kernel_id):
         client = own_client(serverapp, kernel_id)
         # Shell + IOPub only: no stdin (allow_stdin=False), no heartbeat thread per call.
         client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
         try:
             return await run_bridge(client, func, progress=on_progress, timeout=timeout,
-                                    gone=gone, stalled=stalled if silence else None, **kwargs)
+                                    gone=gone, stalled=stalled if silence else None,
+                                    python=kernelside.spec_python(kernel), on_side=on_side,
+                                    **kwargs)
         finally:
             client.stop_channels()
 
@@ -293,6 +312,10 @@ async def call(
     if retries and func not in IDEMPOTENT:
         raise ValueError(f"{func} changes the kernel's state; it is never retried")
     km = serverapp.kernel_manager
+    if kernel_id in km:
+        side = kernelside.kernel_side_of(km.get_kernel(kernel_id))
+        if side.language != "python":  # our code would not even parse there
+            return {"ok": False, "error": side.why, "error_kind": "kernel_side"}
     for attempt in range(retries + 1):
         if kernel_id not in km:
             raise KernelDied(f"kernel {kernel_id[:8]} is not running", "the kernel is not running")
@@ -326,6 +349,21 @@ async def call(
         raise KernelDied(str(res["error"]), why)
     tries = "" if not retries else f" ({retries + 1} attempts, each on a new connection)"
     raise BridgeError(f"the kernel did not answer {func} within {timeout or 0:.0f} s{tries}")
+
+
+async def checkpoint(serverapp: Any, kernel_id: str, **kwargs: Any) -> CheckpointResult:
+    """:func:`call` of ``checkpoint``, its result typed (the same exceptions)."""
+    return CheckpointResult.from_json(await call(serverapp, kernel_id, "checkpoint", **kwargs))
+
+
+async def restore(serverapp: Any, kernel_id: str, **kwargs: Any) -> RestoreResult:
+    """:func:`call` of ``restore``, its result typed (the same exceptions)."""
+    return RestoreResult.from_json(await call(serverapp, kernel_id, "restore", **kwargs))
+
+
+async def liveness(serverapp: Any, kernel_id: str, **kwargs: Any) -> LivenessResult:
+    """:func:`call` of ``liveness``, its result typed (the same exceptions)."""
+    return LivenessResult.from_json(await call(serverapp, kernel_id, "liveness", **kwargs))
 
 
 # ---------------------------------------------------------------------- the server's kernels

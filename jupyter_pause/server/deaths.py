@@ -27,16 +27,20 @@ import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from ..atomicfile import replace_file
 from ..checkpoint import open_keyed_store
 from ..checkpoint.retention import is_autosave
-from ..journal import open_private, parse_iso
+from ..journal import parse_iso
 from . import bridge
 from .iopub import watch_iopub
 from .previous import age_words
 from .restarts import KERNEL_ACTIONS
 
 if TYPE_CHECKING:
+    from jupyter_server.serverapp import ServerApp
+
     from .app import PauseApp
+    from .lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +70,7 @@ def offers_status(state: dict[str, Any], serverapp: Any,
     for path, o in sorted((state.get("offers") or {}).items()):
         if not isinstance(o, dict):
             continue
-        o = dict(o)
+        o = dict(o)  # noqa: PLW2901 - a copy: the state's own dict stays as it was
         o["kernel_id"] = running.get(path)
         text = offer_text(o)
         if o.get("used_since"):
@@ -82,8 +86,11 @@ class Deaths:
 
     def __init__(self, app: PauseApp) -> None:
         self.app = app
-        self.lc = app.lifecycle
-        self.serverapp = app.serverapp
+        lc, serverapp = app.lifecycle, app.serverapp
+        if lc is None or serverapp is None:  # the extension makes both before this
+            raise RuntimeError("kernel deaths are watched only once the extension has started")
+        self.lc: Lifecycle = lc
+        self.serverapp: ServerApp = serverapp
         self._tasks: set[asyncio.Task] = set()
         self._watches: dict[str, asyncio.Task] = {}
         self._cells: dict[str, dict[str, Any]] = {}   # kernel id -> last execute_input seen
@@ -284,14 +291,10 @@ class Deaths:
         except (OSError, ValueError):
             previous = {}  # unreadable: a marker all the same
         os.makedirs(self.app.state_dir, exist_ok=True)
-        tmp = path + ".tmp"
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)  # one a killed start left: its mode is not ours to trust
-        # 0600 like everything in the state directory (it holds cell sources)
-        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"pid": os.getpid(), "started": _now_iso()}, f)
-        os.replace(tmp, path)
+        # 0600 like everything in the state directory (it holds cell sources); not fsync'd:
+        # a marker lost with the machine only loses offers a killed server would have made
+        replace_file(path, json.dumps({"pid": os.getpid(), "started": _now_iso()}),
+                     durable=False)
         return previous
 
     def offers_after_kill(self, previous: dict[str, Any]) -> list[dict[str, Any]]:

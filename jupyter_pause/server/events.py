@@ -1,13 +1,16 @@
-"""The lifecycle's events on jupyter_server's event bus (jupyter_events)."""
+"""The lifecycle's events on jupyter_server's event bus (jupyter_events).
+
+The schema is generated from :mod:`jupyter_pause.vocabulary`; jupyter_events validates each
+event against it whenever a listener is attached (a page's event stream), so an event outside
+it never reaches the frontend: that is an error, logged with the event and the reason.
+"""
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
-SCHEMA_ID = "https://events.jupyter.org/jupyter_pause/lifecycle/v1"
-SCHEMA_PATH = Path(__file__).parent / "event_schemas" / "lifecycle" / "v1.yaml"
+from ..vocabulary import SCHEMA_ID, SCHEMA_PATH
 
 log = logging.getLogger(__name__)
 
@@ -19,11 +22,15 @@ def register_schema(serverapp: Any) -> None:
 
 
 def emit_lifecycle(serverapp: Any, data: dict[str, Any]) -> None:
-    """Emit one lifecycle event; a broken listener must never break a pause."""
+    """Emit one lifecycle event; a broken listener or a refused event never breaks a pause."""
     logger = getattr(serverapp, "event_logger", None)
     if logger is None:
         return
     try:
         logger.emit(schema_id=SCHEMA_ID, data=data)
-    except Exception as e:  # noqa: BLE001
-        log.debug("jupyter_pause: event not emitted: %s", e)
+    except Exception as e:  # noqa: BLE001 - logged; the flight goes on, the page polls status
+        # In the server's log; a ValidationError's message names the value the schema refused.
+        (getattr(serverapp, "log", None) or log).error(
+            "jupyter_pause: lifecycle event %r (state %r, outcome %r) not emitted: %s",
+            data.get("event"), data.get("state"), data.get("outcome"),
+            getattr(e, "message", None) or e)

@@ -11,7 +11,7 @@ import contextlib
 import inspect
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import tornado.web
 from jupyter_server.auth.decorator import authorized
@@ -24,7 +24,10 @@ from . import bridge as kbridge
 from . import validate as v
 from .deaths import offers_status
 from .httperror import ApiError
-from .lifecycle import Lifecycle, Refusal
+from .lifecycle import Lifecycle, LosesState, Refusal
+
+if TYPE_CHECKING:
+    from .app import PauseApp
 
 API = r"/jupyter-pause/api"
 
@@ -47,10 +50,19 @@ class BaseHandler(ExtensionHandlerMixin, APIHandler):
     auth_resource = "jupyter_pause"
 
     @property
-    def lifecycle(self) -> Lifecycle:
-        return self.extensionapp.lifecycle
+    def extensionapp(self) -> PauseApp:
+        """This extension's app (jupyter_server's mixin types it as any ExtensionApp)."""
+        return cast("PauseApp", super().extensionapp)
 
-    async def prepare(self) -> None:
+    @property
+    def lifecycle(self) -> Lifecycle:
+        lc = self.extensionapp.lifecycle
+        if lc is None:  # prepare() answers 503 before any handler gets here
+            raise tornado.web.HTTPError(503, "jupyter_pause is disabled on this server")
+        return lc
+
+    # APIHandler.prepare() drops JupyterHandler's keyword the same way (and says so the same way)
+    async def prepare(self) -> None:  # type: ignore[override]
         await super().prepare()
         reason = getattr(self.extensionapp, "disabled_reason", None)
         # Only an authenticated caller learns why (the reason names the other server).
@@ -131,16 +143,28 @@ class StatusHandler(BaseHandler):
 
 
 class PauseHandler(BaseHandler):
-    """POST pause: start a pause (or a stop) flight; 202 with the flight."""
+    """POST pause: start a pause (or a stop) flight; 202 with the flight.
+
+    A kernel that cannot be checkpointed (see :mod:`.checkpointable`) makes it 409 with
+    ``{"message", "reason": "uncheckpointable", "uncheckpointable": [{kernel_id, path, kernel,
+    language, why, install_command}]}``, nothing changed, unless ``lose_state`` names it (or
+    ``allow_uncheckpointable`` is true): then it is shut down without a checkpoint."""
 
     @tornado.web.authenticated
     @authorized
     async def post(self) -> None:
         body = self.body(v.PAUSE)
-        with refusals():
-            flight = await self.lifecycle.request_pause(
+        lose = bool(body["allow_uncheckpointable"]) or list(body["lose_state"] or [])
+        try:
+            flight = await self.lifecycle.checked_pause(
                 trigger=body["trigger"] or "api", interrupt=bool(body["interrupt"]),
-                mode=body["mode"] or "pause")
+                mode=body["mode"] or "pause", lose_state=lose)
+        except LosesState as e:  # the person's choice: the UI asks "pause anyway?"
+            self.reply({"message": str(e), "reason": "uncheckpointable",
+                        "uncheckpointable": [u.to_dict() for u in e.kernels]}, 409)
+            return
+        except Refusal as e:
+            raise ApiError(e.status, str(e)) from None
         self.reply({"flight": flight.to_dict()}, 202)
 
 

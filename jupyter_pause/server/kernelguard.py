@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from jupyter_server.auth.decorator import authorized
@@ -37,8 +37,10 @@ from jupyter_server.services.kernels import handlers as kernel_handlers
 from jupyter_server.services.sessions import handlers as session_handlers
 from tornado import web
 
+from ..vocabulary import PAUSE_STATES, RESUME_STATES
+from . import jupyter_seams
 from .httperror import ApiError
-from .state import PAUSE_STATES, RESUME_STATES, recorded_paths
+from .state import recorded_paths
 
 if TYPE_CHECKING:
     from .lifecycle import Lifecycle
@@ -133,24 +135,18 @@ class _SessionManagerGuard:
         return kernel_id
 
 
-def _mix(obj: Any, mixin: type, lc: Lifecycle) -> None:
-    cls = type(obj)
-    if not issubclass(cls, mixin):
-        obj.__class__ = type(f"JupyterPause{cls.__name__}", (mixin, cls), {})
-    obj.jupyter_pause_lifecycle = lc
-
-
 def install(lc: Lifecycle) -> None:
     """Guard the server's kernel and session managers (see the module's docstring).
 
-    The managers the server built are given a subclass of their own class, not replaced:
-    ServerApp creates them in ``init_configurables`` before any extension loads, from
-    ``kernel_manager_class`` / ``session_manager_class``, whose defaults depend on a gateway
-    configuration that only exists by then; a configured (or gateway) manager keeps working.
+    The managers the server built are given a subclass of their own class, not replaced, so a
+    configured (or gateway) manager keeps working; why not ``ServerApp.kernel_manager_class``:
+    :mod:`.jupyter_seams` (seam 1).
     """
     serverapp = lc.serverapp
-    _mix(serverapp.kernel_manager, _KernelManagerGuard, lc)
-    _mix(serverapp.session_manager, _SessionManagerGuard, lc)
+    jupyter_seams.mix_into(serverapp.kernel_manager, _KernelManagerGuard,
+                           jupyter_pause_lifecycle=lc)
+    jupyter_seams.mix_into(serverapp.session_manager, _SessionManagerGuard,
+                           jupyter_pause_lifecycle=lc)
 
 
 # ---------------------------------------------------------------------- renames
@@ -201,6 +197,13 @@ class RenameWatch:
 # ---------------------------------------------------------------------- the REST routes
 
 
+async def _finish(result: Awaitable[None] | None) -> None:
+    """Wait for the base handler's verb: tornado types it as maybe returning an awaitable,
+    jupyter_server's are coroutines."""
+    if result is not None:
+        await result
+
+
 def _lifecycle(handler: web.RequestHandler) -> Lifecycle | None:
     return handler.settings.get("jupyter_pause_lifecycle")
 
@@ -227,7 +230,7 @@ class SessionRootHandler(session_handlers.SessionRootHandler):
     async def post(self) -> None:
         if start_refusal(_lifecycle(self)) and await self._starts_kernel():
             _refuse(self)
-        await super().post()
+        await _finish(super().post())
 
     async def _starts_kernel(self) -> bool:
         """As jupyter_server's post decides: no session for the path and no running kernel."""
@@ -260,7 +263,7 @@ class SessionHandler(session_handlers.SessionHandler):
                 changes = kernel.get("name") is not None  # a new kernel, even of the same name
             if changes:
                 _refuse(self)
-        await super().patch(session_id)
+        await _finish(super().patch(session_id))
         if "path" in model or isinstance(model.get("notebook"), dict):
             try:
                 after = await self.session_manager.get_session(session_id=session_id)
@@ -276,7 +279,7 @@ class MainKernelHandler(kernel_handlers.MainKernelHandler):
     @authorized
     async def post(self) -> None:
         _refuse(self)
-        await super().post()
+        await _finish(super().post())
 
 
 class KernelActionHandler(kernel_handlers.KernelActionHandler):
@@ -287,7 +290,7 @@ class KernelActionHandler(kernel_handlers.KernelActionHandler):
     async def post(self, kernel_id: str, action: str) -> None:
         if action == "restart":
             _refuse(self)
-        await super().post(kernel_id, action)
+        await _finish(super().post(kernel_id, action))
 
 
 def handlers() -> list[tuple[str, type]]:

@@ -17,9 +17,11 @@ from ..checkpoint import gc as store_gc
 from ..checkpoint import open_store
 from ..journal import utcnow_iso
 from ..variables import as_row
-from . import bridge, metrics, recovery
+from ..vocabulary import PAUSE_MODES
+from . import bridge, checkpointable, metrics, recovery
 from .activity import kernel_activity, wait_first_execute
 from .kernelguard import own_starts
+from .kernelside import ask_kernel_side, kernel_side_of
 from .pause import run_pause
 from .pausereport import resume_from_status, stopped_status
 from .recorder import Flight, Recorder
@@ -28,7 +30,6 @@ from .resume import run_resume
 if TYPE_CHECKING:
     from .app import PauseApp
 
-PAUSE_MODES = ("pause", "stop")
 # Unreferenced blobs younger than this survive the start-up clean-up (a writer of another
 # process may still publish them); temp files of dead writers go whatever their age.
 STORE_GC_GRACE_S = 3600.0
@@ -40,6 +41,15 @@ class Refusal(Exception):
     def __init__(self, message: str, status: int = 409):
         super().__init__(message)
         self.status = status
+
+
+class LosesState(Refusal):
+    """A pause refused because it would lose the state of kernels that cannot be checkpointed
+    and that the request did not name in ``lose_state``; nothing was changed."""
+
+    def __init__(self, kernels: list[checkpointable.Uncheckpointable]):
+        super().__init__(checkpointable.refusal_message(kernels), 409)
+        self.kernels = kernels
 
 
 class Lifecycle(Recorder):
@@ -59,6 +69,8 @@ class Lifecycle(Recorder):
         # Set once the server stops (no new flight then); notebooks being restored after a stop.
         self.stopping = False
         self.restoring_after_stop: set[str] = set()
+        self._asking: set[str] = set()  # kernels asked what their side of the bridge is
+        self._side_tasks: set[asyncio.Task] = set()
 
     @property
     def backend(self) -> Any:
@@ -120,7 +132,7 @@ class Lifecycle(Recorder):
     async def stop(self) -> None:
         if self._platform_watch is not None:
             self._platform_watch.cancel()
-        for task in self._watchers:
+        for task in [*self._watchers, *self._side_tasks]:
             task.cancel()
         if self._cleanup is not None:
             self._cleanup.cancel()
@@ -137,9 +149,16 @@ class Lifecycle(Recorder):
         kernels = []
         try:
             for rec in await bridge.running_kernels(self.serverapp):
+                state = bridge.execution_state(self.serverapp, rec.kernel_id)
+                km = self.serverapp.kernel_manager
+                side = kernel_side_of(km.get_kernel(rec.kernel_id)) \
+                    if rec.kernel_id in km else None  # gone since it was listed
+                if side and side.installed is None and side.language == "python" \
+                        and state == "idle":
+                    self._ask_kernel_side(rec.kernel_id)
                 kernels.append({"id": rec.kernel_id, "name": rec.kernel_name, "path": rec.path,
-                                "execution_state": bridge.execution_state(self.serverapp,
-                                                                          rec.kernel_id)})
+                                "execution_state": state,
+                                "kernel_side": side.to_dict() if side else None})
         except Exception as e:  # noqa: BLE001
             self.log.debug("jupyter_pause: listing kernels failed: %s", e)
         return {
@@ -158,6 +177,27 @@ class Lifecycle(Recorder):
             # Lines of journal.jsonl skipped at start (each named in the server's log).
             "journal": {"skipped_lines": self.journal.skipped_lines},
         }
+
+    def _ask_kernel_side(self, kernel_id: str) -> None:
+        """Learn in the background what an idle kernel has on its side of the bridge, so that
+        status names a missing kernel side before a pause fails on it. Never during a flight
+        or the server's stop (their own calls learn it), at most one question per kernel at a
+        time."""
+        if self.flight is not None or self.stopping or kernel_id in self._asking:
+            return
+        self._asking.add(kernel_id)
+
+        async def ask() -> None:
+            try:
+                await ask_kernel_side(self.serverapp, kernel_id, timeout=10)
+            except Exception as e:  # noqa: BLE001 - asked again at the next status
+                self.log.debug("jupyter_pause: asking kernel %s failed: %s", kernel_id[:8], e)
+            finally:
+                self._asking.discard(kernel_id)
+
+        task = asyncio.ensure_future(ask())
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
 
     def _refresh_backend_desc(self) -> None:
         # Never pause with a half-applied config (another store) or a value found invalid at
@@ -190,11 +230,34 @@ class Lifecycle(Recorder):
     def can_resume(self) -> bool:
         return self.state.get("pause") is not None
 
+    async def checked_pause(self, trigger: str = "manual", interrupt: bool = False,
+                            mode: str = "pause",
+                            lose_state: checkpointable.LoseState = ()) -> Flight:
+        """:meth:`request_pause` after asking the kernels whether they can be checkpointed:
+        :class:`LosesState` (nothing changed) when one cannot and ``lose_state`` does not
+        allow it. The flight checks again once the kernels are idle (a busy kernel is not
+        asked here: it may be running the ``%pause`` that sent this request)."""
+        if mode == "pause" and self.flight is None:
+            try:
+                records = await bridge.running_kernels(self.serverapp)
+            except Exception as e:  # noqa: BLE001 - the flight lists them again, and says why
+                self.log.debug("jupyter_pause: listing kernels before a pause failed: %s", e)
+                records = []
+            found = await checkpointable.find(self.serverapp, records, self.app.liveness_timeout,
+                                              skip_busy=True)
+            refused = [u for u in found if not checkpointable.allowed(u, lose_state)]
+            if refused and self.flight is None:
+                raise LosesState(refused)
+        return await self.request_pause(trigger, interrupt, mode, lose_state=lose_state)
+
     async def request_pause(self, trigger: str = "manual", interrupt: bool = False,
-                            mode: str = "pause") -> Flight:
+                            mode: str = "pause",
+                            lose_state: checkpointable.LoseState = ()) -> Flight:
         """Start (or join) a pause. ``mode="stop"`` shuts the kernels down without a checkpoint
         or snapshot (the idle policy's stop profiles): files stay, memory does not, and the
-        resume starts fresh kernels."""
+        resume starts fresh kernels. ``lose_state``: the kernels that cannot be checkpointed
+        and may be shut down without one (ids, or True for all); any other such kernel fails
+        the pause before anything is changed (:mod:`.checkpointable`)."""
         # No await before self.flight is set: concurrent requests must see each other.
         if mode not in PAUSE_MODES:
             raise Refusal(f"unknown pause mode {mode!r} (expected pause or stop)", 400)
@@ -216,7 +279,7 @@ class Lifecycle(Recorder):
             raise Refusal(f"pausing is not possible here: {desc.get('why_not') or 'backend'}")
         flight = self.new_flight("pause", trigger)
         flight.task = asyncio.ensure_future(run_pause(
-            self, flight, interrupt or self.app.interrupt_busy, mode))
+            self, flight, interrupt or self.app.interrupt_busy, mode, lose_state=lose_state))
         return flight
 
     async def request_resume(self, trigger: str = "manual") -> Flight:

@@ -11,7 +11,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..cluster.base import KernelRecord, PauseContext
-from . import bridge, metrics
+from ..cluster.results import ReleaseResult, SnapshotResult, checked_result
+from . import bridge, checkpointable, metrics
 from .previous import age_text, offer_previous
 from .recorder import PAUSE_FAILED_SAFE, Flight, StepError
 from .state import not_restored_kernels
@@ -20,8 +21,11 @@ if TYPE_CHECKING:
     from .lifecycle import Lifecycle
 
 
-async def run_pause(lc: Lifecycle, flight: Flight, interrupt: bool, mode: str = "pause") -> None:
-    """The whole pause; its failure is journaled, never raised."""
+async def run_pause(lc: Lifecycle, flight: Flight, interrupt: bool, mode: str = "pause", *,
+                    lose_state: checkpointable.LoseState = ()) -> None:
+    """The whole pause; its failure is journaled, never raised. ``lose_state``: the kernels
+    that cannot be checkpointed and may be shut down without a checkpoint (see
+    :mod:`.checkpointable`)."""
     app = lc.app
     t0 = time.monotonic()
     step = "checkpointing"
@@ -46,10 +50,11 @@ async def run_pause(lc: Lifecycle, flight: Flight, interrupt: bool, mode: str = 
             kernels=records, accelerator=dict(app.accelerator),
             _report=lc.backend_report, _progress=lc.backend_progress, mode=mode,
         )
-        snap: dict[str, Any] = {}
+        snap = SnapshotResult(skipped=True)
         if not stop:
-            await _checkpoint_all(lc, [r for r in records if r.kernel_id not in empty],
-                                  flight)
+            lost = await _uncheckpointable(lc, records, lose_state)
+            await _checkpoint_all(lc, [r for r in records if r.kernel_id not in empty
+                                       and not r.state_not_saved], flight)
             _carry_over(records, before, empty)
             total = sum(r.bytes_total for r in records)
             written = sum(r.bytes_written for r in records)
@@ -57,13 +62,18 @@ async def run_pause(lc: Lifecycle, flight: Flight, interrupt: bool, mode: str = 
             await lc.record(
                 "checkpoint_written", bytes_written=written, bytes_total=total,
                 checkpoints=ctx.checkpoints, kernels=[r.to_dict() for r in records],
+                # the kernels the request let lose their state (each "state not saved: why")
+                state_not_saved=[{"path": r.path, "kernel_id": r.kernel_id,
+                                  "kernel": r.kernel_name, "why": r.state_not_saved}
+                                 for r in lost],
             )
+            await _shut_down_lost(lc, lost)
             metrics.CHECKPOINT_BYTES.labels(app.backend_name).inc(written)
             metrics.CHECKPOINT_SIZE.labels(app.backend_name).set(total)
 
             step = "snapshotting"
             lc.set_step("snapshotting", "Snapshotting the workspace")
-            snap = await lc.backend.snapshot(ctx) or {}
+            snap = checked_result(await lc.backend.snapshot(ctx), SnapshotResult, "snapshot")
             ctx.snapshot = snap
             # The cluster stops this pod right after its snapshot (GKE postCheckpoint: stop,
             # the rule for pods with a PVC): a write to the pod's volumes now would make the
@@ -71,23 +81,22 @@ async def run_pause(lc: Lifecycle, flight: Flight, interrupt: bool, mode: str = 
             # settles both ways: a restored copy of this process journals on from here, and
             # a cold start's next server start counts the pause as done and restores the
             # checkpoint (recovery.load).
-            held = bool(snap.get("hold_writes")) and not snap.get("woke_up")
-            await lc.record("snapshot_ready", persist=not held, snapshot=snap.get("snapshot"),
-                            backend=app.backend_name, skipped=bool(snap.get("skipped")))
+            held = snap.hold_writes and not snap.woke_up
+            await lc.record("snapshot_ready", persist=not held, snapshot=snap.snapshot,
+                            backend=app.backend_name, skipped=snap.skipped)
 
         step = "releasing"
         gpu = int((app.accelerator or {}).get("count") or 0) > 0  # name one only if there is one
         lc.set_step("releasing", "Releasing the accelerator" if gpu and not stop
                     else "Stopping the kernels")
-        rel = await lc.backend.release(ctx) or {}
+        rel = checked_result(await lc.backend.release(ctx), ReleaseResult, "release")
         await lc.record("accelerator_released", persist=not held,
-                        accelerator=dict(app.accelerator),
-                        released=bool(rel.get("released", True)),
-                        stopped_kernels=rel.get("stopped_kernels", []))
+                        accelerator=dict(app.accelerator), released=rel.released,
+                        stopped_kernels=list(rel.stopped_kernels))
         lc.step = None
         await lc.record("paused", persist=not held)
         metrics.PAUSE_DURATION.labels(app.backend_name).observe(time.monotonic() - t0)
-        woke_up = bool(snap.get("woke_up") or rel.get("woke_up"))
+        woke_up = snap.woke_up or rel.woke_up
     except asyncio.CancelledError:
         raise
     except Exception as e:  # noqa: BLE001 - every failure is journaled
@@ -97,7 +106,8 @@ async def run_pause(lc: Lifecycle, flight: Flight, interrupt: bool, mode: str = 
         # the cluster stops, the failure is not written either (see above).
         after = ("paused" if step == "releasing" and not stop else
                  # nothing was changed and the kernels run on: back to work
-                 "running" if getattr(e, "reason", None) == "kernel_stalled" else "failed")
+                 "running" if getattr(e, "reason", None) in ("kernel_stalled", "uncheckpointable")
+                 else "failed")
         await lc.record_failure(flight, step, e, state_after=after, persist=not held)
     finally:
         lc.step = None
@@ -107,6 +117,36 @@ async def run_pause(lc: Lifecycle, flight: Flight, interrupt: bool, mode: str = 
         # A pod snapshot restore resumed this very process inside the pause: go on with a
         # resume at once, which verifies the kernels (live) and reports it.
         await lc.request_resume("startup")
+
+
+async def _uncheckpointable(lc: Lifecycle, records: list[KernelRecord],
+                            lose_state: checkpointable.LoseState) -> list[KernelRecord]:
+    """The kernels that cannot be checkpointed, asked once they are idle: each one the request
+    allowed is marked ``state_not_saved``; any other refuses the pause, nothing changed."""
+    found = await checkpointable.find(lc.serverapp, records, lc.app.liveness_timeout)
+    refused = [u for u in found if not checkpointable.allowed(u, lose_state)]
+    if refused:
+        raise StepError(
+            checkpointable.refusal_message(refused), reason="uncheckpointable",
+            hint="Your kernels are untouched. Pause anyway to lose the state of "
+            f"{'that kernel' if len(refused) == 1 else 'those kernels'}, or save it "
+            "yourself first (or install what the reason names) and pause again.")
+    by_id = {u.kernel_id: u for u in found}
+    lost = [r for r in records if r.kernel_id in by_id]
+    for rec in lost:
+        rec.state_not_saved = by_id[rec.kernel_id].why
+    return lost
+
+
+async def _shut_down_lost(lc: Lifecycle, lost: list[KernelRecord]) -> None:
+    """Shut down, without a checkpoint, the kernels a pause was allowed to lose: after the
+    other checkpoints succeeded (a failed pause leaves them running), before the snapshot (a
+    pod snapshot would otherwise bring back a process the report calls lost)."""
+    km = lc.serverapp.kernel_manager
+    for rec in lost:
+        if rec.kernel_id in km:
+            lc.set_step("checkpointing", f"Stopping {rec.label} (state not saved)")
+            await km.shutdown_kernel(rec.kernel_id)
 
 
 def _carry_over(records: list[KernelRecord], before: dict[str, Any],
@@ -174,8 +214,8 @@ async def _checkpoint_all(lc: Lifecycle, records: list[KernelRecord], flight: Fl
     async def one(rec: KernelRecord) -> None:
         token = secrets.token_urlsafe(24)
         try:
-            res = await bridge.call(
-                lc.serverapp, rec.kernel_id, "checkpoint", progress=progress_for(rec),
+            res = await bridge.checkpoint(
+                lc.serverapp, rec.kernel_id, progress=progress_for(rec),
                 timeout=lc.app.bridge_timeout, silence=lc.app.kernel_silence_timeout,
                 **checkpoint_kwargs(lc, rec, flight, flight.trigger, token))
         except bridge.KernelDied as e:
@@ -194,17 +234,22 @@ async def _checkpoint_all(lc: Lifecycle, records: list[KernelRecord], flight: Fl
         except Exception as e:
             raise StepError(f"checkpoint of {rec.label} failed: {e}",
                             reason="checkpoint_error") from e
-        if not res.get("ok"):
-            err = str(res.get("error") or "unknown error")
-            reason = "storage_full" if "space" in err.lower() else "checkpoint_error"
-            raise StepError(f"checkpoint of {rec.label} failed: {err}", reason=reason,
+        if res.failure is not None:
+            err = res.failure.error
+            if res.failure.kind == "kernel_side":  # the error names the command to run
+                raise StepError(f"checkpoint of {rec.label} failed: {err}", reason="kernel_side",
+                                hint=f"{PAUSE_FAILED_SAFE} Run that command for {rec.label}'s "
+                                "kernel, restart the kernel, then pause again.")
+            # by the exception's type the kernel sent (StorageFullError: storage_full)
+            raise StepError(f"checkpoint of {rec.label} failed: {err}",
+                            reason=res.failure.reason("checkpoint_error"),
                             hint="Fix the cause and pause again.")
-        rec.token = res.get("token") or token
-        rec.pid = res.get("pid")
-        rec.checkpoint_id = res.get("checkpoint_id")
-        rec.bytes_written = int(res.get("bytes_written") or 0)
-        rec.bytes_total = int(res.get("bytes_total") or 0)
-        rec.variables = list(res.get("variables") or [])
+        rec.token = res.token or token
+        rec.pid = res.pid
+        rec.checkpoint_id = res.checkpoint_id
+        rec.bytes_written = res.bytes_written
+        rec.bytes_total = res.bytes_total
+        rec.variables = list(res.variables)
 
     tasks = [asyncio.ensure_future(one(r)) for r in records]
     try:

@@ -3,6 +3,7 @@ per-kernel resume report, the last server stop's rows, and their one-line texts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -28,6 +29,7 @@ def resume_report(flight: Any, requested: str, usable: str | None,
     kernels = []
     for rec in records:
         out = outcomes.get(rec.kernel_id, {"outcome": "failed", "reason": "not verified"})
+        variables: list[Mapping[str, object]]
         if out["outcome"] == "live":
             variables = [{**as_row(v), "status": "live"} for v in rec.variables
                          if v.get("status") == "saved"]
@@ -46,6 +48,9 @@ def resume_report(flight: Any, requested: str, usable: str | None,
             # checkpoint itself is unreadable ("missing" / "corrupt"); "lost": started fresh
             "restore_failed": bool(out.get("restore_failed")),
             "unreadable": out.get("unreadable"), "lost": bool(out.get("lost")),
+            # the pause was allowed to lose this kernel's state (it could not be
+            # checkpointed): why, and it came back as a fresh kernel
+            "state_not_saved": rec.state_not_saved,
         })
     return {
         "flight_id": flight.id, "outcome": outcome, "requested": requested, "usable": usable,
@@ -101,7 +106,8 @@ def resume_from_status(pause: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     if not pause.get("offered"):
         return {"offered": False, "checkpoints": [
-            {"path": k.get("path"), "checkpoint_id": k.get("checkpoint_id")}
+            {"path": k.get("path"), "checkpoint_id": k.get("checkpoint_id"),
+             "state_not_saved": k.get("state_not_saved")}
             for k in pause.get("kernels") or []]}
     now = datetime.now(timezone.utc)
     items = []

@@ -75,9 +75,10 @@ class Recorder:
 
     def _entry(self, event: str, flight: Flight | str | None, kind: str | None,
                fields: dict[str, Any]) -> dict[str, Any]:
+        flight_id = flight
         if isinstance(flight, Flight):
-            flight, kind = flight.id, flight.kind
-        entry = {"seq": self.journal.next_seq(), "at": utcnow_iso(), "flight": flight,
+            flight_id, kind = flight.id, flight.kind
+        entry = {"seq": self.journal.next_seq(), "at": utcnow_iso(), "flight": flight_id,
                  "kind": kind, "event": event, **fields}
         apply(self.state, entry)
         return entry
@@ -183,7 +184,7 @@ class Recorder:
         if flight.kind == "pause" and state_after == "failed" and reason != "kernel_died":
             hint = f"{PAUSE_FAILED_SAFE} {hint or 'Pause again to retry.'}"
         if not isinstance(exc, (StepError, BackendError)):
-            self.log.exception("jupyter_pause: %s failed during %s", flight.kind, step)
+            self.log.error("jupyter_pause: %s failed during %s", flight.kind, step)
             message = f"{step} failed: {message}"
         metrics.FAILURES.labels(self.app.backend_name, flight.kind,
                                 metrics.failure_reason(reason)).inc()

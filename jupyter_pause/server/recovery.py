@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..cluster.base import KernelRecord
+from ..vocabulary import RESUME_STATES
 from .previous import add_previous, offer_previous, offer_text
 from .recorder import Recorder
-from .state import RESUME_STATES, apply, default_state
+from .state import apply, default_state
 
 
 def load(rec: Recorder) -> None:

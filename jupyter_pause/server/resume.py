@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..cluster.base import KernelRecord, ResumeContext
+from ..cluster.results import RestoreVerdict, ResumeResult, checked_result
 from ..journal import parse_iso, utcnow_iso
 from . import bridge, metrics
 from .pausereport import resume_report, stopped_outcome
@@ -39,7 +40,7 @@ async def run_resume(lc: Lifecycle, flight: Flight) -> None:
         requested = entry["at"]
         _count_released(lc, pause, requested)
         lc.set_step("resuming", "Bringing the kernels back")
-        await lc.backend.resume(ctx)
+        checked_result(await lc.backend.resume(ctx), ResumeResult, "resume")
         marks["resume_s"] = time.monotonic() - t0
         for rec in records:
             kid = ctx.kernel_map.get(rec.kernel_id)
@@ -56,10 +57,13 @@ async def run_resume(lc: Lifecycle, flight: Flight) -> None:
             t1 = time.monotonic()
             lc.set_step("verifying", "Checking whether the live kernels came back",
                         state="verifying")
-            platform = await lc.backend.restored_live(ctx)
+            verdict = checked_result(await lc.backend.restored_live(ctx), RestoreVerdict,
+                                     "restored_live")
             await asyncio.gather(*(_verify(lc, ctx, rec, outcomes) for rec in records))
-            fresh = [r for r in records if outcomes[r.kernel_id]["outcome"] == "fresh"]
-            why = getattr(lc.backend, "restore_reason", None) if platform is False else None
+            # A kernel whose state the pause did not save has nothing to restore.
+            fresh = [r for r in records if outcomes[r.kernel_id]["outcome"] == "fresh"
+                     and not r.state_not_saved]
+            why = verdict.restore_reason
             if why:
                 # Say why the live process did not come back (e.g. "pod was cold-started:
                 # snapshot for another GPU model ..."), not only that it did not.
@@ -67,8 +71,9 @@ async def run_resume(lc: Lifecycle, flight: Flight) -> None:
                     prior = outcomes[r.kernel_id].get("reason")
                     outcomes[r.kernel_id]["reason"] = f"{why}; {prior}" if prior else why
             await lc.record(
-                "verified", platform_live=platform, restore_reason=why,
-                outcome="live" if all(o["outcome"] == "live" for o in outcomes.values())
+                "verified", platform_live=verdict.live, restore_reason=why,
+                outcome="live" if all(outcomes[r.kernel_id]["outcome"] == "live"
+                                      for r in records if not r.state_not_saved)
                 else "fresh",
                 kernels=[{"path": r.path, "kernel_id": ctx.kernel_map.get(r.kernel_id),
                           "live": outcomes[r.kernel_id]["outcome"] == "live"}
@@ -136,6 +141,12 @@ async def _verify(lc: Lifecycle, ctx: ResumeContext, rec: KernelRecord,
     if not kid:
         out.update(outcome="failed", reason="no kernel came back for this notebook")
         return
+    if rec.state_not_saved:
+        # Shut down without a checkpoint at the pause: whatever runs now is a new process.
+        out.update(outcome="fresh", lost=True, state_not_saved=rec.state_not_saved,
+                   reason=f"state not saved: {rec.state_not_saved}; the pause was allowed to "
+                   "lose it, so this is a fresh kernel (the notebook file is intact)")
+        return
     # A kernel busy with %resume restores itself in that cell: let it finish, so liveness
     # sees "restored" and the server never restores a second time over it.
     await bridge.wait_idle(lc.serverapp, kid, lc.app.bridge_timeout)
@@ -144,17 +155,16 @@ async def _verify(lc: Lifecycle, ctx: ResumeContext, rec: KernelRecord,
         # before we give up. A kernel that still answers neither may be alive and busy with
         # the person's memory in it: it is never restored over (that could overwrite live
         # work); it is reported failed, and Resume again verifies it afresh.
-        res = await bridge.call(lc.serverapp, kid, "liveness", retries=1,
-                                timeout=lc.app.liveness_timeout)
+        res = await bridge.liveness(lc.serverapp, kid, retries=1,
+                                    timeout=lc.app.liveness_timeout)
     except Exception as e:  # noqa: BLE001 - no answer: neither live nor safely restorable
         out.update(outcome="failed", reason=f"the kernel did not answer the liveness "
                    f"check ({e})")
         return
-    if res.get("ok") is False:
-        out["reason"] = f"liveness check failed ({res.get('error')}); treating it as fresh"
+    if res.failure is not None:
+        out["reason"] = f"liveness check failed ({res.failure.error}); treating it as fresh"
         return
-    token = res.get("token")
-    restored = res.get("restored") or None
+    token, restored = res.token, res.restored
     if restored and not (rec.token and token == rec.token):
         # Already rebuilt from a checkpoint (an earlier attempt, or %restore/%resume in the
         # kernel): restoring again would overwrite what the person did since.
@@ -190,9 +200,9 @@ def _restore_failure(failed: list[KernelRecord], outcomes: dict[str, dict[str, A
     checkpoint: a missing or corrupt one will never restore, so "retry" would be a lie; the
     way out is a second resume, which starts those notebooks fresh (see _restore_all)."""
     outs = [outcomes[r.kernel_id] for r in failed]
-    what = "; ".join(f"{r.label}: {o.get('reason')}" for r, o in zip(failed, outs))
-    gone = [r.label for r, o in zip(failed, outs) if o.get("unreadable")]
-    kept = [r.label for r, o in zip(failed, outs) if not o.get("unreadable")]
+    what = "; ".join(f"{r.label}: {o.get('reason')}" for r, o in zip(failed, outs, strict=False))
+    gone = [r.label for r, o in zip(failed, outs, strict=False) if o.get("unreadable")]
+    kept = [r.label for r, o in zip(failed, outs, strict=False) if not o.get("unreadable")]
     parts = []
     if gone:
         parts.append(f"The checkpoint of {', '.join(gone)} cannot be restored (missing or "
@@ -247,10 +257,10 @@ async def _restore_all(lc: Lifecycle, fresh: list[KernelRecord],
         if not kid:
             return
         try:
-            res = await bridge.call(lc.serverapp, kid, "restore", progress=progress_for(rec),
-                                    timeout=lc.app.bridge_timeout,
-                                    silence=lc.app.kernel_silence_timeout,
-                                    **restore_kwargs(lc, rec))
+            res = await bridge.restore(lc.serverapp, kid, progress=progress_for(rec),
+                                       timeout=lc.app.bridge_timeout,
+                                       silence=lc.app.kernel_silence_timeout,
+                                       **restore_kwargs(lc, rec))
         except bridge.KernelDied as e:  # at once, not after bridge_timeout
             out.update(outcome="failed", reason=f"the kernel died during the restore ({e.why})",
                        restore_failed=True)
@@ -258,9 +268,9 @@ async def _restore_all(lc: Lifecycle, fresh: list[KernelRecord],
         except Exception as e:  # noqa: BLE001 - reported per kernel (a stalled one too)
             out.update(outcome="failed", reason=str(e), restore_failed=True)
             return
-        if not res.get("ok"):
-            error = str(res.get("error") or "unknown error")
-            kind = res.get("error_kind") if res.get("error_kind") in UNREADABLE else None
+        if res.failure is not None:
+            error = res.failure.error
+            kind = res.failure.unreadable  # by the exception's type the kernel sent
             out.update(outcome="failed", reason=error, restore_failed=True, unreadable=kind)
             if kind:
                 out["reason"] = f"its checkpoint {rec.checkpoint_id} {UNREADABLE[kind]} ({error})"
@@ -271,11 +281,10 @@ async def _restore_all(lc: Lifecycle, fresh: list[KernelRecord],
                            reason=f"not restored: {out['reason']}; its variables are lost, "
                            "the notebook file is intact, and it runs in a fresh kernel")
             return
-        variables = list(res.get("variables") or [])
+        variables = list(res.variables)
         out.update(outcome="restored", variables=variables,
-                   process_state=list(res.get("process_state") or []),
-                   warnings=list(res.get("warnings") or []),
-                   checkpoint_id=res.get("checkpoint_id") or rec.checkpoint_id,
+                   process_state=list(res.process_state), warnings=list(res.warnings),
+                   checkpoint_id=res.checkpoint_id or rec.checkpoint_id,
                    reason="restored from checkpoint (the live process did not come back: "
                    f"{out.get('reason') or 'fresh kernel'})",
                    bytes=sum(int(v.get("size") or 0) for v in variables

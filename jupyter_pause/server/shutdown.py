@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..cluster.base import KernelRecord
 from ..journal import utcnow_iso
 from . import bridge, metrics
+from .bridgeresults import RestoreResult
 from .pause import checkpoint_kwargs
 from .pausereport import trigger_text
 from .previous import add_previous, offer_previous
@@ -136,9 +137,8 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
             kwargs = checkpoint_kwargs(lc, rec, flight, f"shutdown:{trigger}",
                                        secrets.token_urlsafe(24))
             try:
-                res = await asyncio.wait_for(bridge.call(
-                    serverapp, rec.kernel_id, "checkpoint", timeout=left() + 5.0, **kwargs),
-                    left())
+                res = await asyncio.wait_for(bridge.checkpoint(
+                    serverapp, rec.kernel_id, timeout=left() + 5.0, **kwargs), left())
             except asyncio.TimeoutError:
                 abandoned.append(rec.kernel_id)
                 row["reason"] = (f"the shutdown budget of {budget:g} s ran out during its "
@@ -150,13 +150,13 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
             except Exception as e:  # noqa: BLE001 - reported per kernel
                 row["reason"] = f"checkpoint failed: {e}"
                 return
-            if not res.get("ok"):
-                row["reason"] = f"checkpoint failed: {res.get('error') or 'unknown error'}"
+            if res.failure is not None:
+                row["reason"] = f"checkpoint failed: {res.failure.error}"
                 return
-            rec.checkpoint_id = res.get("checkpoint_id")
-            rec.bytes_written = int(res.get("bytes_written") or 0)
-            rec.bytes_total = int(res.get("bytes_total") or 0)
-            rec.variables = list(res.get("variables") or [])
+            rec.checkpoint_id = res.checkpoint_id
+            rec.bytes_written = res.bytes_written
+            rec.bytes_total = res.bytes_total
+            rec.variables = list(res.variables)
             rec.token = None  # the kernel goes away: there is no live process to find again
             row.update(status="saved", checkpoint_id=rec.checkpoint_id,
                        bytes_written=rec.bytes_written, bytes_total=rec.bytes_total)
@@ -180,7 +180,7 @@ async def checkpoint_on_shutdown(lc: Lifecycle, trigger: str, budget: float,
                  if any(row["kernel_id"] == r.kernel_id and row["status"] == "saved"
                         for row in rows)]
         # The not-saved notebooks' previous checkpoints are offered to POST resume (state.apply).
-        extra = {"resume_from": offer} if offer else {}
+        extra: dict[str, Any] = {"resume_from": offer} if offer else {}
         entry = await lc.record(
             "stopped", trigger=trigger, hub=hub, budget_s=budget, rows=rows, kernels=saved,
             **extra,
@@ -269,19 +269,17 @@ async def restore_after_stop(lc: Lifecycle, path: str, kernel_id: str) -> None:
             lc.set_step("restoring", message, int(d), int(t))
 
         try:
-            res = await bridge.call(lc.serverapp, kernel_id, "restore", progress=progress,
-                                    timeout=app.bridge_timeout, **restore_kwargs(lc, rec))
+            res = await bridge.restore(lc.serverapp, kernel_id, progress=progress,
+                                       timeout=app.bridge_timeout, **restore_kwargs(lc, rec))
         except bridge.KernelDied as e:
-            res = {"ok": False, "error": f"the kernel died during the restore ({e.why})"}
+            res = RestoreResult.failed(f"the kernel died during the restore ({e.why})")
         except Exception as e:  # noqa: BLE001 - journaled below
-            res = {"ok": False, "error": str(e)}
-        if res.get("ok"):
-            out.update(outcome="restored", reason=why,
-                       variables=list(res.get("variables") or []),
-                       warnings=list(res.get("warnings") or []))
+            res = RestoreResult.failed(str(e), type(e).__name__)
+        if res.failure is None:
+            out.update(outcome="restored", reason=why, variables=list(res.variables),
+                       warnings=list(res.warnings))
         else:
-            out["reason"] = (f"restore after the server was stopped failed: "
-                             f"{res.get('error') or 'unknown error'}")
+            out["reason"] = f"restore after the server was stopped failed: {res.failure.error}"
         metrics.RESTORES_AFTER_STOP.labels(app.backend_name, out["outcome"]).inc()
         lc.step = None
         await lc.record(

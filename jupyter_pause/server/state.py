@@ -13,7 +13,8 @@ it; a new pause replaces the offer. A server stop that could not save a notebook
 budget, killed mid-checkpoint) offers that notebook's previous checkpoint the same way: its
 ``stopped`` event carries ``resume_from``.
 
-Each transition is a journal event (contract §4). :func:`apply` is the only code that turns
+Each transition is a journal event (contract §4); the states, outcomes and event names are
+those of :mod:`jupyter_pause.vocabulary`. :func:`apply` is the only code that turns
 events into state, so the state after a crash is rebuilt by replaying the journal through it.
 """
 
@@ -26,10 +27,8 @@ from ..variables import as_row, set_status
 from .pausereport import stopped_text
 from .previous import offer_hint
 
-PAUSE_STATES = ("checkpointing", "snapshotting", "releasing")
 RECOVERIES = {"deaths": 0, "server_kills": 0, "offered": 0, "restored": 0, "cells_lost": 0,
               "seconds_lost": 0.0}
-RESUME_STATES = ("resuming", "waiting_for_capacity", "verifying", "restoring")
 # Fields kept out of the timeline (they are in the journal and the report).
 _BULKY = ("kernels", "report", "variables", "resume_from", "rows")
 
@@ -210,8 +209,8 @@ def moved(path: str | None, old: str, new: str) -> str | None:
 def _recorded(st: dict[str, Any]) -> list[dict[str, Any]]:
     """Every recorded kernel whose path a resume or a restore will use."""
     out: list[dict[str, Any]] = []
-    for part in (st.get("pause"), st.get("inflight")):
-        part = part or {}
+    for found in (st.get("pause"), st.get("inflight")):
+        part = found or {}
         out += list(part.get("kernels") or []) + list(part.get("requested_kernels") or [])
         out += list(part.get("previous") or [])
     out += list((st.get("stopped") or {}).get("kernels") or [])

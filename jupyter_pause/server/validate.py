@@ -49,7 +49,9 @@ def body_schema(required: tuple[str, ...] = (), **fields: dict[str, Any]) -> dic
 
 def _message(error: jsonschema.ValidationError, name: str) -> str:
     """One line for a schema error at field ``name``."""
-    schema, kind = error.schema, error.validator
+    # jsonschema types these as any schema value (a bool schema, unset); ours are objects
+    schema: Any = error.schema
+    kind = error.validator
     if kind == "type":
         want = schema["type"][0] if isinstance(schema["type"], list) else schema["type"]
         if want == "array":
@@ -63,7 +65,8 @@ def _message(error: jsonschema.ValidationError, name: str) -> str:
     if kind == "pattern":
         return f"{name} has characters that are not allowed"
     if kind in ("minimum", "maximum"):
-        if not math.isfinite(error.instance):
+        value: Any = error.instance
+        if not math.isfinite(value):
             return f"{name} must be a finite number"
         if "maximum" in schema:
             return f"{name} must be between {schema['minimum']:g} and {schema['maximum']:g}"
@@ -191,7 +194,11 @@ def query_str(name: str, value: str | None, schema: dict[str, Any]) -> str | Non
 
 TEXT = {"type": "string", "maxLength": MAX_TEXT}
 PAUSE = body_schema(trigger=TEXT, interrupt={"type": "boolean"},
-                    mode={"type": "string", "enum": ["pause", "stop"]})
+                    mode={"type": "string", "enum": ["pause", "stop"]},
+                    # kernels that cannot be checkpointed and may lose their state (see
+                    # checkpointable.py): their ids, or all of them
+                    lose_state={"type": "array", "maxItems": 1000, "items": TEXT},
+                    allow_uncheckpointable={"type": "boolean"})
 RESUME = body_schema(trigger=TEXT)
 RECOMPUTE = body_schema(
     ("path",), path={"type": "string", "maxLength": MAX_PATH},

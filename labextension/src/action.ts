@@ -21,7 +21,10 @@ export interface IBusyKernel {
 }
 
 /** Kernels that are running a cell, from the frontend's own view and the server's list. */
-export function busyPaths(status: IStatus | null, local: IBusyKernel[]): string[] {
+export function busyPaths(
+  status: IStatus | null,
+  local: IBusyKernel[]
+): string[] {
   const paths = new Set<string>();
   for (const k of local) {
     paths.add(k.path);
@@ -34,16 +37,28 @@ export function busyPaths(status: IStatus | null, local: IBusyKernel[]): string[
   return Array.from(paths).sort();
 }
 
-function pauseView(trans: ITrans, enabled: boolean, tooltip: string): IActionView {
+function pauseView(
+  trans: ITrans,
+  enabled: boolean,
+  tooltip: string
+): IActionView {
   return { mode: 'pause', enabled, label: trans.__('Pause'), tooltip };
 }
 
-function resumeView(trans: ITrans, enabled: boolean, tooltip: string): IActionView {
+function resumeView(
+  trans: ITrans,
+  enabled: boolean,
+  tooltip: string
+): IActionView {
   return { mode: 'resume', enabled, label: trans.__('Resume'), tooltip };
 }
 
 /** Resume when it is on offer (paused, or a failure that left a way back); null otherwise. */
-function resumeOffer(status: IStatus, pending: boolean, trans: ITrans): IActionView | null {
+function resumeOffer(
+  status: IStatus,
+  pending: boolean,
+  trans: ITrans
+): IActionView | null {
   const lastFailure = () =>
     trans.__(
       'Resume again. The last attempt failed: %1',
@@ -62,7 +77,10 @@ function resumeOffer(status: IStatus, pending: boolean, trans: ITrans): IActionV
   if (status.resume_available) {
     const offer = describeOffer(status, trans);
     const why = offer
-      ? trans.__('Resume: restore the previous checkpoint into fresh kernels (%1).', offer)
+      ? trans.__(
+          'Resume: restore the previous checkpoint into fresh kernels (%1).',
+          offer
+        )
       : lastFailure();
     return resumeView(trans, !pending, pending ? sending : why);
   }
@@ -73,7 +91,11 @@ function resumeOffer(status: IStatus, pending: boolean, trans: ITrans): IActionV
 }
 
 /** Why Pause cannot run now (the backend, or cells running), or null when it can. */
-function pauseBlocker(status: IStatus, local: IBusyKernel[], trans: ITrans): string | null {
+function pauseBlocker(
+  status: IStatus,
+  local: IBusyKernel[],
+  trans: ITrans
+): string | null {
   const backend = status.backend;
   if (backend && (!backend.configured || !backend.can_pause)) {
     const why =
@@ -127,7 +149,11 @@ export function describeAction(
   }
   const blocker = pauseBlocker(status, local, trans);
   const why = hasAccelerator(status)
-    ? trans.__('Pause: write a checkpoint of every kernel, then stop them to free the accelerator.')
-    : trans.__('Pause: write a checkpoint of every kernel, then stop them to free their memory.');
+    ? trans.__(
+        'Pause: write a checkpoint of every kernel, then stop them to free the accelerator.'
+      )
+    : trans.__(
+        'Pause: write a checkpoint of every kernel, then stop them to free their memory.'
+      );
   return pauseView(trans, blocker === null, blocker ?? why);
 }

@@ -7,22 +7,19 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import type { IOffer } from './offers';
+import type { FlightKind, Outcome, WorkspaceState } from './vocabulary';
 
-/** Workspace states of the server's lifecycle (contract: `GET status` -> `state`). */
-export type WorkspaceState =
-  | 'running'
-  | 'checkpointing'
-  | 'snapshotting'
-  | 'releasing'
-  | 'paused'
-  | 'resuming'
-  | 'waiting_for_capacity'
-  | 'verifying'
-  | 'restoring'
-  | 'ready'
-  | 'failed';
-
-export type Outcome = 'live' | 'restored' | 'fresh' | 'failed';
+// The lifecycle's names (states, outcomes, flight kinds, events) are generated from the
+// server's vocabulary: jupyter_pause/vocabulary.py.
+export type {
+  FailureReason,
+  FlightKind,
+  KernelOutcome,
+  LifecycleEvent,
+  Outcome,
+  StepName,
+  WorkspaceState
+} from './vocabulary';
 
 export interface IStep {
   name: string;
@@ -34,7 +31,7 @@ export interface IStep {
 
 export interface IFlight {
   id: string;
-  kind: 'pause' | 'resume';
+  kind: FlightKind;
   trigger?: string;
   started?: string;
 }
@@ -69,7 +66,14 @@ export interface IReportVariable {
   name: string;
   kind?: string | null;
   size?: number | null;
-  status: 'live' | 'restored' | 'skipped' | 'stale' | 'failed' | 'recomputed' | string;
+  status:
+    | 'live'
+    | 'restored'
+    | 'skipped'
+    | 'stale'
+    | 'failed'
+    | 'recomputed'
+    | string;
   reason?: string | null;
   recomputable?: boolean;
   cell?: ICellProvenance | null;
@@ -84,6 +88,8 @@ export interface IKernelReport {
   variables?: IReportVariable[];
   /** Random generators, working directory, settings, IPython state: rows like variables'. */
   process_state?: IReportVariable[];
+  /** Why the pause did not save this kernel's state (the person chose "Pause anyway"). */
+  state_not_saved?: string | null;
 }
 
 export interface IReport {
@@ -172,23 +178,43 @@ export interface IPauseAPI {
   policy(): Promise<IPolicy>;
   /** `POST policy/cancel`: cancel an announced auto-pause. */
   cancelAutoPause(): Promise<IPolicy>;
-  /** `POST pause` or `POST resume` with `trigger: manual`. */
-  start(kind: 'pause' | 'resume'): Promise<IFlight>;
+  /**
+   * `POST pause` or `POST resume` with `trigger: manual`; `loseState`: the ids of kernels that
+   * cannot be checkpointed and may lose their state (the person chose "Pause anyway").
+   */
+  start(kind: 'pause' | 'resume', loseState?: string[]): Promise<IFlight>;
   /** `POST recompute`: re-run the recorded cells of skipped variables of one notebook. */
   recompute(path: string, names: string[]): Promise<IReportVariable[]>;
   /** `GET checkpoints`: what the store holds (for "Restore from Checkpoint"). */
   checkpoints?(): Promise<ICheckpointListing[]>;
   /** `POST offers/restore`: bring a dead kernel's saved state back into its new kernel. */
-  restoreOffer?(path: string, id?: string): Promise<{ variables?: IReportVariable[] }>;
+  restoreOffer?(
+    path: string,
+    id?: string
+  ): Promise<{ variables?: IReportVariable[] }>;
   /** `POST offers/dismiss`: the person does not want it back. */
   dismissOffer?(path: string): Promise<void>;
 }
 
-/** Thrown for a non-2xx answer; `message` is the server's one-line `{"message"}` when present. */
+/** A kernel a pause cannot checkpoint (`POST pause`'s 409 `uncheckpointable`). */
+export interface IUncheckpointable {
+  kernel_id: string;
+  path?: string | null;
+  kernel?: string;
+  language?: string;
+  why?: string;
+  install_command?: string | null;
+}
+
+/**
+ * Thrown for a non-2xx answer; `message` is the server's one-line `{"message"}` when present,
+ * `body` the whole JSON answer (e.g. a refused pause's `uncheckpointable` kernels).
+ */
 export class APIError extends Error {
   constructor(
     message: string,
-    readonly status: number
+    readonly status: number,
+    readonly body: Record<string, unknown> | null = null
   ) {
     super(message);
   }
@@ -220,14 +246,19 @@ export async function requestAPI<T>(
     }
   }
   if (!response.ok) {
-    let message = data && typeof data === 'object' ? data.message || data.reason : '';
+    let message =
+      data && typeof data === 'object' ? data.message || data.reason : '';
     if (!message) {
       message =
         response.status === 404
           ? 'the jupyter_pause server extension is not running on this server'
           : `${response.status} ${response.statusText}`;
     }
-    throw new APIError(String(message), response.status);
+    throw new APIError(
+      String(message),
+      response.status,
+      data && typeof data === 'object' ? data : null
+    );
   }
   return data as T;
 }
@@ -248,18 +279,31 @@ export class PauseAPI implements IPauseAPI {
     return this._post<IPolicy>('policy/cancel', {});
   }
 
-  async start(kind: 'pause' | 'resume'): Promise<IFlight> {
+  async start(
+    kind: 'pause' | 'resume',
+    loseState?: string[]
+  ): Promise<IFlight> {
     // A manual pause never interrupts a running cell: the button is disabled meanwhile.
-    const body = kind === 'pause' ? { trigger: 'manual', interrupt: false } : { trigger: 'manual' };
+    const body =
+      kind === 'pause'
+        ? {
+            trigger: 'manual',
+            interrupt: false,
+            ...(loseState ? { lose_state: loseState } : {})
+          }
+        : { trigger: 'manual' };
     const reply = await this._post<{ flight: IFlight }>(kind, body);
     return reply.flight;
   }
 
   async recompute(path: string, names: string[]): Promise<IReportVariable[]> {
-    const reply = await this._post<{ variables?: IReportVariable[] }>('recompute', {
-      path,
-      names
-    });
+    const reply = await this._post<{ variables?: IReportVariable[] }>(
+      'recompute',
+      {
+        path,
+        names
+      }
+    );
     return reply.variables ?? [];
   }
 
@@ -272,7 +316,10 @@ export class PauseAPI implements IPauseAPI {
     return reply.checkpoints ?? [];
   }
 
-  restoreOffer(path: string, id?: string): Promise<{ variables?: IReportVariable[] }> {
+  restoreOffer(
+    path: string,
+    id?: string
+  ): Promise<{ variables?: IReportVariable[] }> {
     return this._post('offers/restore', id ? { path, id } : { path });
   }
 
@@ -281,6 +328,10 @@ export class PauseAPI implements IPauseAPI {
   }
 
   private _post<T>(endPoint: string, body: object): Promise<T> {
-    return requestAPI<T>(endPoint, { method: 'POST', body: JSON.stringify(body) }, this._settings);
+    return requestAPI<T>(
+      endPoint,
+      { method: 'POST', body: JSON.stringify(body) },
+      this._settings
+    );
   }
 }

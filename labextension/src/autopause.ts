@@ -24,7 +24,12 @@ export function describeAutoPause(
   elapsed: number,
   trans: ITrans
 ): IAutoPauseView | null {
-  if (!policy || !policy.enabled || policy.state !== 'announced' || !policy.cancellable) {
+  if (
+    !policy ||
+    !policy.enabled ||
+    policy.state !== 'announced' ||
+    !policy.cancellable
+  ) {
     return null;
   }
   const left = Math.max(0, (policy.seconds_left ?? 0) - Math.max(0, elapsed));
@@ -45,5 +50,9 @@ export function describeAutoPause(
           idle,
           profile
         );
-  return { key: policy.deadline ?? `${profile}:${policy.seconds_left}`, secondsLeft: left, message };
+  return {
+    key: policy.deadline ?? `${profile}:${policy.seconds_left}`,
+    secondsLeft: left,
+    message
+  };
 }

@@ -35,7 +35,11 @@ export class AutoPauseNotice implements IDisposable {
 
   private _update(): void {
     const elapsed = (Date.now() - this._controller.policyReadAt) / 1000;
-    const view = describeAutoPause(this._controller.policy, elapsed, this._trans);
+    const view = describeAutoPause(
+      this._controller.policy,
+      elapsed,
+      this._trans
+    );
     if (!view) {
       this._hide();
       return;
@@ -50,7 +54,9 @@ export class AutoPauseNotice implements IDisposable {
         actions: [
           {
             label: this._trans.__('Cancel'),
-            caption: this._trans.__('Keep this workspace running: cancel the auto-pause'),
+            caption: this._trans.__(
+              'Keep this workspace running: cancel the auto-pause'
+            ),
             displayType: 'accent',
             callback: () => void this._cancel()
           }
@@ -58,7 +64,11 @@ export class AutoPauseNotice implements IDisposable {
       });
       this._timer = window.setInterval(() => this._update(), 1000);
     } else if (view.message !== this._shown) {
-      Notification.update({ id: this._id, message: view.message, type: 'warning' });
+      Notification.update({
+        id: this._id,
+        message: view.message,
+        type: 'warning'
+      });
     }
     this._shown = view.message;
   }
@@ -69,7 +79,10 @@ export class AutoPauseNotice implements IDisposable {
       await this._controller.cancelAutoPause();
     } catch (error) {
       Notification.error(
-        this._trans.__('Cannot cancel the auto-pause: %1', (error as Error).message),
+        this._trans.__(
+          'Cannot cancel the auto-pause: %1',
+          (error as Error).message
+        ),
         { autoClose: 8000 }
       );
     }

@@ -7,13 +7,18 @@ import { JupyterFrontEnd } from '@jupyterlab/application';
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { Kernel } from '@jupyterlab/services';
-import { DisposableDelegate, DisposableSet, IDisposable } from '@lumino/disposable';
+import {
+  DisposableDelegate,
+  DisposableSet,
+  IDisposable
+} from '@lumino/disposable';
 import { Widget } from '@lumino/widgets';
 
 import { PauseController } from './controller';
 import { ITrans } from './format';
 import { pauseIcon, resumeIcon } from './icons';
 import { IMagicResult, plainError, runMagic } from './kernelcmd';
+import { ILossDialog, pauseOrAsk } from './pauseanyway';
 import { isFlightActive } from './status';
 
 export namespace CommandIDs {
@@ -56,6 +61,43 @@ function preBody(text: string): Widget {
   return w;
 }
 
+/** The body of "Pause anyway?": what is lost, per kernel why, and the command that would fix it. */
+function lossBody(dialog: ILossDialog): Widget {
+  const w = new Widget();
+  w.addClass('jp-PauseAnyway');
+  const intro = document.createElement('p');
+  intro.textContent = dialog.intro;
+  const list = document.createElement('ul');
+  for (const line of dialog.lines) {
+    const item = document.createElement('li');
+    const name = document.createElement('strong');
+    name.textContent = line.name;
+    item.append(name, `: ${line.why}`);
+    if (line.command) {
+      const code = document.createElement('code');
+      code.textContent = line.command; // selectable, to copy
+      item.append(document.createElement('br'), code);
+    }
+    list.appendChild(item);
+  }
+  w.node.append(intro, list);
+  return w;
+}
+
+/** Ask "Pause anyway?"; Cancel is the default (Enter or Escape loses nothing). */
+async function askPauseAnyway(dialog: ILossDialog): Promise<boolean> {
+  const answer = await showDialog({
+    title: dialog.title,
+    body: lossBody(dialog),
+    buttons: [
+      Dialog.cancelButton({ label: dialog.cancel }),
+      Dialog.warnButton({ label: dialog.accept })
+    ],
+    defaultButton: 0
+  });
+  return answer.button.accept;
+}
+
 /** The notebook a kernel command works on. */
 interface INotebook {
   path: string;
@@ -72,7 +114,10 @@ function currentNotebook(tracker: INotebookTracker | null): INotebook | null {
 const reason = (error: unknown) => (error as Error)?.message || String(error);
 
 /** `%checkpoint` in the notebook's kernel, with a notification while it runs and after. */
-async function checkpointNow(notebook: INotebook, trans: ITrans): Promise<IMagicResult | null> {
+async function checkpointNow(
+  notebook: INotebook,
+  trans: ITrans
+): Promise<IMagicResult | null> {
   const name = notebook.path;
   const run = runMagic(notebook.kernel, 'checkpoint');
   // Resolves with the counts ("3 saved, 1 skipped"), or null when the kernel sent none.
@@ -83,7 +128,10 @@ async function checkpointNow(notebook: INotebook, trans: ITrans): Promise<IMagic
     return result.report?.summary ?? null;
   });
   Notification.promise(work, {
-    pending: { message: trans.__('Writing a checkpoint of %1…', name), options: {} },
+    pending: {
+      message: trans.__('Writing a checkpoint of %1…', name),
+      options: {}
+    },
     success: {
       message: (summary: unknown) =>
         typeof summary === 'string'
@@ -92,7 +140,8 @@ async function checkpointNow(notebook: INotebook, trans: ITrans): Promise<IMagic
       options: { autoClose: 8000 }
     },
     error: {
-      message: (error: unknown) => trans.__('Checkpoint of %1 failed: %2', name, reason(error)),
+      message: (error: unknown) =>
+        trans.__('Checkpoint of %1 failed: %2', name, reason(error)),
       options: { autoClose: false }
     }
   });
@@ -100,7 +149,10 @@ async function checkpointNow(notebook: INotebook, trans: ITrans): Promise<IMagic
 }
 
 /** `%restore` in the notebook's kernel once confirmed; the output is behind "Show output". */
-async function restoreNow(notebook: INotebook, trans: ITrans): Promise<IMagicResult | null> {
+async function restoreNow(
+  notebook: INotebook,
+  trans: ITrans
+): Promise<IMagicResult | null> {
   const name = notebook.path;
   const answer = await showDialog({
     title: trans.__('Restore from checkpoint'),
@@ -117,7 +169,12 @@ async function restoreNow(notebook: INotebook, trans: ITrans): Promise<IMagicRes
     return null;
   }
   const result = await runMagic(notebook.kernel, 'restore').catch(
-    (error): IMagicResult => ({ ok: false, output: '', error: String(error), report: null })
+    (error): IMagicResult => ({
+      ok: false,
+      output: '',
+      error: String(error),
+      report: null
+    })
   );
   const actions = [
     {
@@ -169,7 +226,11 @@ class CheckpointIndex {
   /** Re-read the listing when what it depends on changed (or `force`). */
   update(force = false): void {
     const st = this._controller.status;
-    const key = JSON.stringify([st?.last_checkpoint?.id, st?.offers?.length, st?.state]);
+    const key = JSON.stringify([
+      st?.last_checkpoint?.id,
+      st?.offers?.length,
+      st?.state
+    ]);
     if (!force && key === this._key) {
       return;
     }
@@ -202,11 +263,19 @@ export function addCommands(options: ICommandsOptions): IDisposable {
   const add = (id: string, command: CommandOptions) =>
     set.add(commands.addCommand(id, command));
   const showError = (what: string, error: unknown) =>
-    Notification.error(trans.__('%1: %2', what, reason(error)), { autoClose: false });
+    Notification.error(trans.__('%1: %2', what, reason(error)), {
+      autoClose: false
+    });
+  // A pause that would lose a kernel's state asks first (pauseanyway.ts).
   const doPause = () =>
-    controller.pause().catch(error => void showError(trans.__('Cannot pause'), error));
+    pauseOrAsk(
+      { pause: loseState => controller.pause(loseState), ask: askPauseAnyway },
+      trans
+    ).catch(error => void showError(trans.__('Cannot pause'), error));
   const doResume = () =>
-    controller.resume().catch(error => void showError(trans.__('Cannot resume'), error));
+    controller
+      .resume()
+      .catch(error => void showError(trans.__('Cannot resume'), error));
   const action = () => controller.actionView;
 
   add(CommandIDs.toggle, {
@@ -235,17 +304,23 @@ export function addCommands(options: ICommandsOptions): IDisposable {
   const canUseKernel = () => {
     const status = controller.status;
     return (
-      !!currentNotebook(tracker) && !!status && status.state !== 'paused' && !isFlightActive(status)
+      !!currentNotebook(tracker) &&
+      !!status &&
+      status.state !== 'paused' &&
+      !isFlightActive(status)
     );
   };
-  const onNotebook = (run: (notebook: INotebook) => Promise<IMagicResult | null>) => () => {
-    const notebook = currentNotebook(tracker);
-    return notebook ? run(notebook) : undefined;
-  };
+  const onNotebook =
+    (run: (notebook: INotebook) => Promise<IMagicResult | null>) => () => {
+      const notebook = currentNotebook(tracker);
+      return notebook ? run(notebook) : undefined;
+    };
 
   add(CommandIDs.checkpoint, {
     label: trans.__('Checkpoint Now'),
-    caption: trans.__("Write a checkpoint of the current notebook's kernel (%checkpoint)"),
+    caption: trans.__(
+      "Write a checkpoint of the current notebook's kernel (%checkpoint)"
+    ),
     isEnabled: canUseKernel,
     execute: onNotebook(async notebook => {
       const result = await checkpointNow(notebook, trans);
@@ -274,14 +349,18 @@ export function addCommands(options: ICommandsOptions): IDisposable {
             'There is no checkpoint of %1 yet: Checkpoint Now (or Pause) writes one.',
             notebook.path
           )
-        : trans.__('Load the last checkpoint of the current notebook into its kernel (%restore)');
+        : trans.__(
+            'Load the last checkpoint of the current notebook into its kernel (%restore)'
+          );
     },
     isEnabled: () => canUseKernel() && !noCheckpoint(),
     execute: onNotebook(notebook => restoreNow(notebook, trans))
   });
   add(CommandIDs.showReport, {
     label: trans.__('Show Pause/Resume Report'),
-    caption: trans.__('The current state and what came back after the last resume'),
+    caption: trans.__(
+      'The current state and what came back after the last resume'
+    ),
     execute: showReport
   });
 

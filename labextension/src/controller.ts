@@ -3,14 +3,22 @@ import { Poll, Throttler } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { describeAction, IActionView, IBusyKernel } from './action';
-import type { IFlight, IPauseAPI, IPolicy, IReportVariable, IStatus, WorkspaceState } from './api';
+import type {
+  IFlight,
+  IPauseAPI,
+  IPolicy,
+  IReportVariable,
+  IStatus,
+  WorkspaceState
+} from './api';
 import { ITrans } from './format';
 import type { IRestart } from './offers';
 import { describeStatus, isFlightActive, IStatusView } from './status';
 import type { IPauseController, IPauseState } from './tokens';
 
 /** The server's lifecycle events (contract §3). */
-export const LIFECYCLE_SCHEMA = 'https://events.jupyter.org/jupyter_pause/lifecycle/v1';
+export const LIFECYCLE_SCHEMA =
+  'https://events.jupyter.org/jupyter_pause/lifecycle/v1';
 
 /** Seconds between safety polls while a pause or resume runs (events are the main source). */
 const FLIGHT_POLL_S = 2;
@@ -37,7 +45,10 @@ export class PauseController implements IPauseController {
     this._api = options.api;
     this._trans = options.trans;
     this._idleInterval = Math.max(5, options.pollInterval ?? 30) * 1000;
-    this._throttler = new Throttler(() => this.refresh(), { limit: 250, edge: 'trailing' });
+    this._throttler = new Throttler(() => this.refresh(), {
+      limit: 250,
+      edge: 'trailing'
+    });
     this._policyThrottler = new Throttler(() => this.refreshPolicy(), {
       limit: 250,
       edge: 'trailing'
@@ -50,7 +61,11 @@ export class PauseController implements IPauseController {
           throw new Error(this._error); // lets the poll back off while the server is away
         }
       },
-      frequency: { interval: this._idleInterval, backoff: true, max: 10 * this._idleInterval },
+      frequency: {
+        interval: this._idleInterval,
+        backoff: true,
+        max: 10 * this._idleInterval
+      },
       standby: 'when-hidden'
     });
     if (options.events) {
@@ -112,7 +127,12 @@ export class PauseController implements IPauseController {
   }
 
   get statusView(): IStatusView {
-    return describeStatus(this._status, this._error, this._trans, this.restarts);
+    return describeStatus(
+      this._status,
+      this._error,
+      this._trans,
+      this.restarts
+    );
   }
 
   /** Notebooks whose kernel restarted (or died) since the last workspace transition. */
@@ -142,7 +162,7 @@ export class PauseController implements IPauseController {
   /** `POST offers/restore`: bring the notebook's saved state back into its new kernel. */
   async restoreOffer(path: string, id?: string): Promise<IReportVariable[]> {
     if (!this._api.restoreOffer) {
-      throw new Error('this server cannot restore a dead kernel\'s state');
+      throw new Error("this server cannot restore a dead kernel's state");
     }
     try {
       const reply = await this._api.restoreOffer(path, id);
@@ -165,7 +185,9 @@ export class PauseController implements IPauseController {
 
   /** The authentic checkpoints in the store (`GET checkpoints`); [] without the call. */
   checkpoints(): ReturnType<NonNullable<IPauseAPI['checkpoints']>> {
-    return this._api.checkpoints ? this._api.checkpoints() : Promise.resolve([]);
+    return this._api.checkpoints
+      ? this._api.checkpoints()
+      : Promise.resolve([]);
   }
 
   get actionView(): IActionView {
@@ -263,9 +285,13 @@ export class PauseController implements IPauseController {
     }
   }
 
-  /** `POST pause`; resolves with the flight, rejects with the server's one-line message. */
-  pause(): Promise<IFlight> {
-    return this._start('pause');
+  /**
+   * `POST pause`; resolves with the flight, rejects with the server's one-line message (an
+   * `APIError`; see `pauseanyway.ts` for the kernels a 409 names). `loseState`: the kernels
+   * the person agreed to lose the state of.
+   */
+  pause(loseState?: string[]): Promise<IFlight> {
+    return this._start('pause', loseState);
   }
 
   /** `POST resume`. */
@@ -301,20 +327,28 @@ export class PauseController implements IPauseController {
    * Send the request, then re-read the status before saying how it ended, so that listeners
    * of `requested` see the state the server answered with.
    */
-  private async _start(kind: 'pause' | 'resume'): Promise<IFlight> {
+  private async _start(
+    kind: 'pause' | 'resume',
+    loseState?: string[]
+  ): Promise<IFlight> {
     this._pending = true;
     this._changed.emit();
     this._requested.emit({ kind, phase: 'sent' });
     let flight: IFlight | null = null;
     let failure: unknown = null;
     try {
-      flight = await this._api.start(kind);
+      flight = await (loseState
+        ? this._api.start(kind, loseState)
+        : this._api.start(kind));
     } catch (reason) {
       failure = reason ?? new Error('request failed');
     }
     this._pending = false;
     await this.refresh();
-    this._requested.emit({ kind, phase: failure === null ? 'accepted' : 'failed' });
+    this._requested.emit({
+      kind,
+      phase: failure === null ? 'accepted' : 'failed'
+    });
     if (failure !== null) {
       throw failure;
     }
@@ -347,7 +381,11 @@ export class PauseController implements IPauseController {
     }
     // Show the new state at once; the throttled re-read fills in the rest (timeline, report).
     const data = event as any;
-    if (data.event && data.event !== 'progress' && this._policy?.enabled !== false) {
+    if (
+      data.event &&
+      data.event !== 'progress' &&
+      this._policy?.enabled !== false
+    ) {
       // auto_pause_announced / _cancelled, and any transition (a pause starting ends the
       // announcement): the event carries no countdown, GET policy has it.
       void this._policyThrottler.invoke();

@@ -91,7 +91,10 @@ export function formatIdleTime(seconds: number | null | undefined): string {
 }
 
 /** "3 minutes", "2 hours", "1 day": how old a checkpoint is. */
-export function formatAge(seconds: number | null | undefined, trans: ITrans): string {
+export function formatAge(
+  seconds: number | null | undefined,
+  trans: ITrans
+): string {
   if (!isNumber(seconds)) {
     return trans.__('unknown age');
   }
@@ -129,7 +132,10 @@ export function formatClock(iso: string): string {
 }
 
 /** Seconds between two ISO timestamps, or null when either is missing or unparsable. */
-export function secondsBetween(from?: string | null, to?: string | null): number | null {
+export function secondsBetween(
+  from?: string | null,
+  to?: string | null
+): number | null {
   if (!from || !to) {
     return null;
   }

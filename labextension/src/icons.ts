@@ -14,5 +14,11 @@ const resumeSvg = `<svg xmlns="http://www.w3.org/2000/svg" width="16" viewBox="0
   </g>
 </svg>`;
 
-export const pauseIcon = new LabIcon({ name: 'jupyter-pause:pause', svgstr: pauseSvg });
-export const resumeIcon = new LabIcon({ name: 'jupyter-pause:resume', svgstr: resumeSvg });
+export const pauseIcon = new LabIcon({
+  name: 'jupyter-pause:pause',
+  svgstr: pauseSvg
+});
+export const resumeIcon = new LabIcon({
+  name: 'jupyter-pause:resume',
+  svgstr: resumeSvg
+});

@@ -3,19 +3,30 @@
  * commands, the notifications, and the `IPauseController` service for other extensions.
  */
 
-import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import {
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
 import {
   ICommandPalette,
   ISessionContextDialogs,
   IToolbarWidgetRegistry,
   Notification
 } from '@jupyterlab/apputils';
-import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
+import {
+  INotebookTracker,
+  NotebookActions,
+  NotebookPanel
+} from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { CommandToolbarButton } from '@jupyterlab/ui-components';
-import { DisposableDelegate, DisposableSet, IDisposable } from '@lumino/disposable';
+import {
+  DisposableDelegate,
+  DisposableSet,
+  IDisposable
+} from '@lumino/disposable';
 
 import { PauseAPI } from './api';
 import { AutoPauseNotice } from './autopausenotice';
@@ -25,7 +36,11 @@ import { ITrans } from './format';
 import { HoldMode, KernelHold } from './kernelhold';
 import { reconnectNotebooks } from './reconnect';
 import { showReportDialog } from './reportdialog';
-import { guardKernelStarts, notifyKernelStartCommands, softenPausedRefusal } from './startguard';
+import {
+  guardKernelStarts,
+  notifyKernelStartCommands,
+  softenPausedRefusal
+} from './startguard';
 import { freedText } from './status';
 import { PauseStatusItem } from './statusbar';
 import { IPauseController } from './tokens';
@@ -40,13 +55,19 @@ const PLUGIN_ID = 'jupyter-pause:plugin';
 let activation: DisposableSet | null = null;
 
 /** Why a kernel cannot start now, for a held command's caption and the notice. */
-function heldReason(mode: HoldMode, controller: PauseController, trans: ITrans): string {
+function heldReason(
+  mode: HoldMode,
+  controller: PauseController,
+  trans: ITrans
+): string {
   return mode === 'paused'
     ? trans.__(
         'The workspace is paused (%1): resume it to start a kernel.',
         freedText(controller.status, trans)
       )
-    : trans.__('A pause or resume is under way: kernels can start once it is done.');
+    : trans.__(
+        'A pause or resume is under way: kernels can start once it is done.'
+      );
 }
 
 /** Keeps notebooks from starting kernels while paused, and tells the person why. */
@@ -68,7 +89,10 @@ function createHold(
   };
   const hold = new KernelHold({
     onStartRefused: mode =>
-      notice(heldReason(mode, controller, trans), mode === 'paused' ? [resumeAction] : []),
+      notice(
+        heldReason(mode, controller, trans),
+        mode === 'paused' ? [resumeAction] : []
+      ),
     onModeChanged: mode => {
       if (mode === 'free' && note) {
         Notification.dismiss(note); // "the cell did not run [Resume]" is stale once resumed
@@ -78,15 +102,22 @@ function createHold(
       notifyKernelStartCommands(app.commands);
     },
     onRunWhilePaused: () =>
-      notice(trans.__('The workspace is paused, so the cell did not run. Resume to run it.'), [
-        {
-          label: trans.__('Resume'),
-          callback: () => void app.commands.execute(CommandIDs.resume)
-        }
-      ]),
+      notice(
+        trans.__(
+          'The workspace is paused, so the cell did not run. Resume to run it.'
+        ),
+        [
+          {
+            label: trans.__('Resume'),
+            callback: () => void app.commands.execute(CommandIDs.resume)
+          }
+        ]
+      ),
     onRunWaiting: () =>
       notice(
-        trans.__('The cell will run when the workspace is back and the notebook is reconnected.')
+        trans.__(
+          'The cell will run when the workspace is back and the notebook is reconnected.'
+        )
       )
   });
   return hold;
@@ -124,7 +155,9 @@ function followNotebooks(
     };
     panel.sessionContext.statusChanged.connect(update);
     panel.context.pathChanged.connect(update);
-    panel.disposed.connect(() => controller.setBusy(key, panel.context.path, false));
+    panel.disposed.connect(() =>
+      controller.setBusy(key, panel.context.path, false)
+    );
     update();
   };
   tracker.widgetAdded.connect(onAdded);
@@ -143,18 +176,27 @@ function followNotebooks(
 }
 
 /** The safety poll interval follows the settings. */
-function loadSettings(registry: ISettingRegistry, controller: PauseController): void {
+function loadSettings(
+  registry: ISettingRegistry,
+  controller: PauseController
+): void {
   registry
     .load(PLUGIN_ID)
     .then(settings => {
       const apply = () => {
-        controller.setPollInterval(settings.get('pollInterval').composite as number);
+        controller.setPollInterval(
+          settings.get('pollInterval').composite as number
+        );
       };
       apply();
       settings.changed.connect(apply);
-      activation?.add(new DisposableDelegate(() => settings.changed.disconnect(apply)));
+      activation?.add(
+        new DisposableDelegate(() => settings.changed.disconnect(apply))
+      );
     })
-    .catch(reason => console.warn('jupyter-pause: cannot load settings', reason));
+    .catch(reason =>
+      console.warn('jupyter-pause: cannot load settings', reason)
+    );
 }
 
 function activate(
@@ -191,13 +233,17 @@ function activate(
       hold,
       reason: () => heldReason(hold.mode, controller, trans),
       shortReason: () =>
-        hold.mode === 'paused' ? trans.__('paused: resume first') : trans.__('wait for the resume'),
+        hold.mode === 'paused'
+          ? trans.__('paused: resume first')
+          : trans.__('wait for the resume'),
       dialogs: sessionDialogs
     })
   );
   const currentPath = () => tracker?.currentWidget?.context.path ?? null;
   const showReport = () => showReportDialog(controller, trans, currentPath);
-  disposables.add(addCommands({ commands, controller, tracker, trans, showReport }));
+  disposables.add(
+    addCommands({ commands, controller, tracker, trans, showReport })
+  );
   if (palette) {
     const category = trans.__('Pause and Resume');
     for (const command of PALETTE_COMMANDS) {
@@ -205,13 +251,24 @@ function activate(
     }
   }
   // Toolbar: the item "jupyter-pause" of schema/plugin.json (movable/hideable in settings).
-  toolbarRegistry?.addFactory<NotebookPanel>('Notebook', 'jupyter-pause', () => {
-    const button = new CommandToolbarButton({ commands, id: CommandIDs.toggle });
-    button.addClass('jp-PauseButton');
-    return button;
-  });
+  toolbarRegistry?.addFactory<NotebookPanel>(
+    'Notebook',
+    'jupyter-pause',
+    () => {
+      const button = new CommandToolbarButton({
+        commands,
+        id: CommandIDs.toggle
+      });
+      button.addClass('jp-PauseButton');
+      return button;
+    }
+  );
   if (statusBar) {
-    const item = new PauseStatusItem(controller, trans, () => void showReport());
+    const item = new PauseStatusItem(
+      controller,
+      trans,
+      () => void showReport()
+    );
     disposables.add(item);
     disposables.add(
       statusBar.registerStatusItem('jupyter-pause:status', {
@@ -224,7 +281,12 @@ function activate(
   } else {
     // Notebook 7 has no status bar: the state goes in its header, next to the kernel status
     // (its "menu" area; the kernel indicator is at rank 10010).
-    const item = new PauseStatusItem(controller, trans, () => void showReport(), true);
+    const item = new PauseStatusItem(
+      controller,
+      trans,
+      () => void showReport(),
+      true
+    );
     item.id = 'jp-PauseHeaderStatus';
     disposables.add(item);
     try {
@@ -252,7 +314,8 @@ function activate(
 
 const plugin: JupyterFrontEndPlugin<IPauseController> = {
   id: PLUGIN_ID,
-  description: 'Pause button, live pause/resume state in the status bar, and the resume report.',
+  description:
+    'Pause button, live pause/resume state in the status bar, and the resume report.',
   autoStart: true,
   provides: IPauseController,
   optional: [

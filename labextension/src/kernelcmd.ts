@@ -55,7 +55,12 @@ export function collapseProgress(text: string): string {
 
 function isReport(data: unknown): data is IMagicReport {
   const r = data as IMagicReport;
-  return !!r && typeof r === 'object' && typeof r.summary === 'string' && Array.isArray(r.rows);
+  return (
+    !!r &&
+    typeof r === 'object' &&
+    typeof r.summary === 'string' &&
+    Array.isArray(r.rows)
+  );
 }
 
 /**
@@ -104,7 +109,12 @@ export async function runMagic(
     const content = reply.content as Partial<KernelMessage.IReplyErrorContent>;
     error = `${content.ename ?? 'Error'}: ${content.evalue ?? reply.content.status}`;
   }
-  return { ok: error === null, output: collapseProgress(chunks.join('')), error, report };
+  return {
+    ok: error === null,
+    output: collapseProgress(chunks.join('')),
+    error,
+    report
+  };
 }
 
 /**
@@ -113,6 +123,10 @@ export async function runMagic(
  * a person who clicked a menu item; the full text stays behind "Show output".
  */
 export function plainError(error: string | null | undefined): string {
-  const first = String(error ?? '').split('\n')[0].trim();
-  return first.replace(/^[A-Za-z_.]*(Error|Exception): /, '').replace(/^%\w+ failed: /, '');
+  const first = String(error ?? '')
+    .split('\n')[0]
+    .trim();
+  return first
+    .replace(/^[A-Za-z_.]*(Error|Exception): /, '')
+    .replace(/^%\w+ failed: /, '');
 }

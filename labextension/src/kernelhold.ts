@@ -181,7 +181,8 @@ export class KernelHold {
     }
     if (typeof context.restartKernel === 'function') {
       const restart = context.restartKernel.bind(context);
-      context.restartKernel = () => (this.refuse() ? Promise.resolve() : restart());
+      context.restartKernel = () =>
+        this.refuse() ? Promise.resolve() : restart();
     }
     shadowHasNoKernel(context, () => this._mode !== 'free');
   }
@@ -221,7 +222,8 @@ export class KernelHold {
 }
 
 /** The server's refusal of a kernel start (server/kernelguard.py answers 409 with it). */
-const PAUSED_REFUSAL = /workspace is (paused|pausing|resuming)|resume it first/i;
+const PAUSED_REFUSAL =
+  /workspace is (paused|pausing|resuming)|resume it first/i;
 
 /** Whether an error message is the server's "the workspace is paused" refusal. */
 export function isPausedRefusal(message: unknown): boolean {
@@ -230,16 +232,27 @@ export function isPausedRefusal(message: unknown): boolean {
 
 /** Whether kernel-change options name a running kernel (`{id}`) rather than a kernel to start. */
 function joinsExisting(options: unknown): boolean {
-  return !!options && typeof options === 'object' && !!(options as { id?: unknown }).id;
+  return (
+    !!options &&
+    typeof options === 'object' &&
+    !!(options as { id?: unknown }).id
+  );
 }
 
 /**
  * Make `context.hasNoKernel` read true while `held()`, and as before otherwise. JupyterLab
  * defines it as a getter on `SessionContext.prototype`; an own property shadows it.
  */
-function shadowHasNoKernel(context: IHoldableContext, held: () => boolean): void {
+function shadowHasNoKernel(
+  context: IHoldableContext,
+  held: () => boolean
+): void {
   let desc: PropertyDescriptor | undefined;
-  for (let o: object | null = context; o && !desc; o = Object.getPrototypeOf(o)) {
+  for (
+    let o: object | null = context;
+    o && !desc;
+    o = Object.getPrototypeOf(o)
+  ) {
     desc = Object.getOwnPropertyDescriptor(o, 'hasNoKernel');
   }
   const getter = desc?.get;

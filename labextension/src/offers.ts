@@ -39,7 +39,10 @@ export interface IRestart {
 }
 
 /** The offer for a notebook, or null. */
-export function offerFor(status: IStatus | null, path: string | null | undefined): IOffer | null {
+export function offerFor(
+  status: IStatus | null,
+  path: string | null | undefined
+): IOffer | null {
   if (!path) {
     return null;
   }
@@ -66,15 +69,23 @@ export function restartSentence(
   checkpointAt: string | null,
   trans: ITrans
 ): string {
-  const died = offer?.cause === 'kernel_died' || offer?.cause === 'server_killed';
-  const head = died ? trans.__('kernel died: its state is gone') : trans.__('kernel restarted: its state is gone');
+  const died =
+    offer?.cause === 'kernel_died' || offer?.cause === 'server_killed';
+  const head = died
+    ? trans.__('kernel died: its state is gone')
+    : trans.__('kernel restarted: its state is gone');
   if (offer && canRestoreOffer(offer)) {
     const when = offer.created_at ? formatClock(offer.created_at) : '?';
     const count = typeof offer.variables === 'number' ? offer.variables : null;
     const what =
       count === null
         ? trans.__('restore the state of %1?', when)
-        : trans._n('restore the state of %2 (%1 variable)?', 'restore the state of %2 (%1 variables)?', count, when);
+        : trans._n(
+            'restore the state of %2 (%1 variable)?',
+            'restore the state of %2 (%1 variables)?',
+            count,
+            when
+          );
     return `${head}; ${what}`;
   }
   if (offer) {

@@ -17,7 +17,10 @@ export async function reconnectNotebooks(
   tracker: INotebookTracker | null,
   paused = false
 ): Promise<void> {
-  await Promise.all([services.sessions.refreshRunning(), services.kernels.refreshRunning()]);
+  await Promise.all([
+    services.sessions.refreshRunning(),
+    services.kernels.refreshRunning()
+  ]);
   if (!tracker) {
     return;
   }
@@ -32,7 +35,12 @@ export async function reconnectNotebooks(
   const work: Promise<unknown>[] = [];
   tracker.forEach(panel => {
     const context = panel.sessionContext;
-    if (paused && context.session && !live.has(context.session.id) && !context.isDisposed) {
+    if (
+      paused &&
+      context.session &&
+      !live.has(context.session.id) &&
+      !context.isDisposed
+    ) {
       // SessionManager.requestRunning() disposes the connections of sessions that ended only
       // when the list differs from the one it cached; a session started just before the pause
       // may never have been in that cache, and its connection would then stay ("Disconnected")
@@ -41,7 +49,12 @@ export async function reconnectNotebooks(
     }
     const model = sessionByPath.get(panel.context.path);
     const kernelId = model?.kernel?.id;
-    if (!model || !kernelId || context.isDisposed || context.session?.kernel?.id === kernelId) {
+    if (
+      !model ||
+      !kernelId ||
+      context.isDisposed ||
+      context.session?.kernel?.id === kernelId
+    ) {
       return;
     }
     if (!context.session && adoptSession(services, context, model)) {

@@ -34,11 +34,15 @@ const BACK: ReadonlySet<string> = new Set(['live', 'restored', 'recomputed']);
 
 /** Whether any variable of the report did not come back. */
 export function isIncomplete(report: IReport): boolean {
-  return (report.kernels ?? []).some(k => (k.variables ?? []).some(v => !BACK.has(v.status)));
+  return (report.kernels ?? []).some(k =>
+    (k.variables ?? []).some(v => !BACK.has(v.status))
+  );
 }
 
 /** Variables by what happened to them, each group sorted by name. */
-export function groupVariables(variables: IReportVariable[] | undefined): IVariableGroups {
+export function groupVariables(
+  variables: IReportVariable[] | undefined
+): IVariableGroups {
   const g: IVariableGroups = {
     live: [],
     restored: [],
@@ -48,7 +52,11 @@ export function groupVariables(variables: IReportVariable[] | undefined): IVaria
     failed: []
   };
   for (const v of variables ?? []) {
-    if (v.status === 'live' || v.status === 'restored' || v.status === 'recomputed') {
+    if (
+      v.status === 'live' ||
+      v.status === 'restored' ||
+      v.status === 'recomputed'
+    ) {
       g[v.status].push(v);
     } else if (v.recomputable) {
       g.recomputable.push(v);
@@ -64,7 +72,10 @@ export function groupVariables(variables: IReportVariable[] | undefined): IVaria
 }
 
 /** One line per kernel outcome and for the whole report. */
-export function outcomeText(outcome: string | null | undefined, trans: ITrans): string {
+export function outcomeText(
+  outcome: string | null | undefined,
+  trans: ITrans
+): string {
   switch (outcome) {
     case 'live':
       return trans.__('came back live');
@@ -86,8 +97,16 @@ export function outcomeText(outcome: string | null | undefined, trans: ITrans): 
 export function kernelOutcomeText(
   outcome: string | null | undefined,
   trans: ITrans,
-  variables = -1
+  variables = -1,
+  stateNotSaved: string | null = null
 ): string {
+  if (stateNotSaved) {
+    // Paused anyway: never "restored", and never "there was no saved state" without why.
+    return trans.__(
+      'started empty: its state was not saved (%1)',
+      stateNotSaved
+    );
+  }
   switch (outcome) {
     case 'live':
       return trans.__('came back as it was');
@@ -108,12 +127,16 @@ export function kernelOutcomeText(
  * A kernel's name as a person knows it: a notebook's file name, a console as "Console 1"
  * (JupyterLab names console sessions `console-<n>-<uuid>`).
  */
-export function displayName(path: string | null | undefined, trans: ITrans): string {
+export function displayName(
+  path: string | null | undefined,
+  trans: ITrans
+): string {
   if (!path) {
     return trans.__('a kernel without a notebook');
   }
   const base = path.split('/').pop() || path;
-  const console = /^console-(\d+)-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$/i.exec(base);
+  const console =
+    /^console-(\d+)-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$/i.exec(base);
   return console ? trans.__('Console %1', console[1]) : base;
 }
 
@@ -129,11 +152,16 @@ export function orderKernels(
   const all = [...(kernels ?? [])];
   const weight = (k: IKernelReport) => ((k.variables ?? []).length > 0 ? 0 : 1);
   all.sort(
-    (a, b) => weight(a) - weight(b) || String(a.path ?? '').localeCompare(String(b.path ?? ''))
+    (a, b) =>
+      weight(a) - weight(b) ||
+      String(a.path ?? '').localeCompare(String(b.path ?? ''))
   );
   const at = current ? all.findIndex(k => k.path === current) : -1;
   const lead = at >= 0 ? at : 0;
-  return { first: all.slice(lead, lead + 1), rest: [...all.slice(0, lead), ...all.slice(lead + 1)] };
+  return {
+    first: all.slice(lead, lead + 1),
+    rest: [...all.slice(0, lead), ...all.slice(lead + 1)]
+  };
 }
 
 /** The notification text after a resume. */
@@ -148,10 +176,15 @@ export function reportHeadline(report: IReport, trans: ITrans): string {
     missing += g.skipped.length + g.failed.length + g.recomputable.length;
   }
   const took = reportTotalSeconds(report);
-  const tookText = took !== null ? trans.__(' in %1', formatDuration(took)) : '';
+  const tookText =
+    took !== null ? trans.__(' in %1', formatDuration(took)) : '';
   const missingText =
     missing > 0
-      ? trans._n(' %1 variable did not come back.', ' %1 variables did not come back.', missing)
+      ? trans._n(
+          ' %1 variable did not come back.',
+          ' %1 variables did not come back.',
+          missing
+        )
       : '';
   switch (report.outcome) {
     case 'restored':
@@ -173,7 +206,10 @@ export function reportHeadline(report: IReport, trans: ITrans): string {
         ) + missingText
       );
     case 'fresh':
-      return trans.__('Resumed%1 with a fresh kernel: there was no checkpoint to restore.', tookText);
+      return trans.__(
+        'Resumed%1 with a fresh kernel: there was no checkpoint to restore.',
+        tookText
+      );
     case 'failed':
       return trans.__('Resume failed.');
     default:
@@ -192,11 +228,17 @@ export function durationRows(
       continue;
     }
     const name = key.replace(/_s$/, '').replace(/_/g, ' ');
-    rows.push({ label: name.charAt(0).toUpperCase() + name.slice(1), seconds: value });
+    rows.push({
+      label: name.charAt(0).toUpperCase() + name.slice(1),
+      seconds: value
+    });
   }
   const total = reportTotalSeconds(report);
   if (total !== null) {
-    rows.push({ label: trans.__('Resume request → kernel usable'), seconds: total });
+    rows.push({
+      label: trans.__('Resume request → kernel usable'),
+      seconds: total
+    });
   }
   return rows;
 }
@@ -205,7 +247,10 @@ export function durationRows(
  * Whether a newly read status carries a resume report not yet announced. `seen` is the
  * flight id of the last report shown (or present at page load, so old reports stay quiet).
  */
-export function hasNewReport(seen: string | null, next: IStatus | null): boolean {
+export function hasNewReport(
+  seen: string | null,
+  next: IStatus | null
+): boolean {
   const report = next?.last_report;
   if (!next || !report || (next.state !== 'ready' && next.state !== 'failed')) {
     return false;

@@ -1,7 +1,8 @@
-import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { Clipboard, Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import type { IKernelReport, IReportVariable } from './api';
+import { commandParts } from './commandtext';
 import { PauseController } from './controller';
 import { formatBytes, formatDuration, formatTime, ITrans } from './format';
 import { canRestoreOffer, capitalise, IOffer, restartSentence } from './offers';
@@ -27,6 +28,36 @@ function el<K extends keyof HTMLElementTagNameMap>(
     node.textContent = text; // never innerHTML: names and reasons come from user code
   }
   return node;
+}
+
+/** A paragraph of text whose commands (between backticks) show as code, each with a button
+ * that copies it: the install command of a kernel without jupyter-pause-kernel. */
+function withCommands(
+  className: string,
+  text: string,
+  trans: ITrans
+): HTMLParagraphElement {
+  const p = el('p', className);
+  for (const part of commandParts(text)) {
+    if (!part.command) {
+      p.append(document.createTextNode(part.text));
+      continue;
+    }
+    p.append(el('code', 'jp-PauseReport-command', part.text));
+    const copy = el(
+      'button',
+      'jp-PauseReport-copy jp-mod-styled',
+      trans.__('Copy')
+    );
+    copy.type = 'button';
+    copy.title = trans.__('Copy this command');
+    copy.addEventListener('click', () => {
+      Clipboard.copyToSystem(part.text);
+      copy.textContent = trans.__('Copied');
+    });
+    p.append(copy);
+  }
+  return p;
 }
 
 /**
@@ -82,10 +113,22 @@ export class PauseReportBody extends Widget {
     label.dataset.severity = view.severity;
     state.append(label);
     if (status?.reason) {
-      state.append(el('p', 'jp-PauseReport-reason', trans.__('Reason: %1', status.reason)));
+      state.append(
+        withCommands(
+          'jp-PauseReport-reason',
+          trans.__('Reason: %1', status.reason),
+          trans
+        )
+      );
     }
     if (status?.hint) {
-      state.append(el('p', 'jp-PauseReport-hint', trans.__('What to do: %1', status.hint)));
+      state.append(
+        withCommands(
+          'jp-PauseReport-hint',
+          trans.__('What to do: %1', status.hint),
+          trans
+        )
+      );
     }
     if (this._controller.error) {
       state.append(el('p', 'jp-PauseReport-reason', this._controller.error));
@@ -104,20 +147,33 @@ export class PauseReportBody extends Widget {
           )
         )
       );
-      state.append(this._fold('checkpoint', detailsOf(trans, [trans.__('Checkpoint id: %1', cp.id)])));
+      state.append(
+        this._fold(
+          'checkpoint',
+          detailsOf(trans, [trans.__('Checkpoint id: %1', cp.id)])
+        )
+      );
     }
     root.append(state);
 
     const report = status?.last_report;
     if (!report) {
-      root.append(el('p', 'jp-PauseReport-empty', trans.__('No resume has been reported yet.')));
+      root.append(
+        el(
+          'p',
+          'jp-PauseReport-empty',
+          trans.__('No resume has been reported yet.')
+        )
+      );
       return;
     }
 
     // Headline of the last resume.
     const head = el('section', 'jp-PauseReport-summary');
     head.append(el('h3', undefined, trans.__('Last resume')));
-    head.append(el('p', 'jp-PauseReport-headline', reportHeadline(report, trans)));
+    head.append(
+      el('p', 'jp-PauseReport-headline', reportHeadline(report, trans))
+    );
     root.append(head);
 
     // The notebook the person is looking at first; the others folded (names on demand).
@@ -131,7 +187,11 @@ export class PauseReportBody extends Widget {
         el(
           'summary',
           undefined,
-          trans._n('%1 other notebook or console', '%1 other notebooks and consoles', rest.length)
+          trans._n(
+            '%1 other notebook or console',
+            '%1 other notebooks and consoles',
+            rest.length
+          )
         )
       );
       rest.forEach(kernel => others.append(this._renderKernel(kernel)));
@@ -145,8 +205,14 @@ export class PauseReportBody extends Widget {
       section.append(el('h3', undefined, trans.__('How long each step took')));
       const table = el('table');
       rows.forEach((row, i) => {
-        const tr = el('tr', i === rows.length - 1 ? 'jp-PauseReport-total' : undefined);
-        tr.append(el('th', undefined, row.label), el('td', undefined, formatDuration(row.seconds)));
+        const tr = el(
+          'tr',
+          i === rows.length - 1 ? 'jp-PauseReport-total' : undefined
+        );
+        tr.append(
+          el('th', undefined, row.label),
+          el('td', undefined, formatDuration(row.seconds))
+        );
         table.append(tr);
       });
       section.append(table);
@@ -166,7 +232,9 @@ export class PauseReportBody extends Widget {
       const bad = vars.filter(v => v.status !== 'recomputed');
       text = trans.__('Recomputed: %1.', ok.join(', ') || trans.__('nothing'));
       if (bad.length) {
-        const why = bad.map(v => `${v.name} (${v.reason || v.status})`).join(', ');
+        const why = bad
+          .map(v => `${v.name} (${v.reason || v.status})`)
+          .join(', ');
         text += ' ' + trans.__('Not recomputed: %1.', why);
       }
     } catch (error) {
@@ -191,22 +259,40 @@ export class PauseReportBody extends Widget {
       const block = el('div', 'jp-PauseReport-offer');
       block.dataset.path = offer.path;
       const sentence = capitalise(restartSentence(offer, null, trans));
-      block.append(el('p', undefined, `${displayName(offer.path, trans)}: ${sentence}`));
+      block.append(
+        el('p', undefined, `${displayName(offer.path, trans)}: ${sentence}`)
+      );
       if (offer.used_since) {
         block.append(
           el(
             'p',
             'jp-PauseReport-meta',
-            trans.__('Cells were run since: restoring puts the saved variables over the current ones.')
+            trans.__(
+              'Cells were run since: restoring puts the saved variables over the current ones.'
+            )
           )
         );
       }
       if (canRestoreOffer(offer)) {
-        const restore = el('button', 'jp-mod-styled jp-mod-accept', trans.__('Restore'));
+        const restore = el(
+          'button',
+          'jp-mod-styled jp-mod-accept',
+          trans.__('Restore')
+        );
         restore.disabled = this._running.has(`offer:${offer.path}`);
-        restore.addEventListener('click', () => void this._takeOffer(offer, true));
-        const dismiss = el('button', 'jp-mod-styled jp-mod-reject', trans.__('Dismiss'));
-        dismiss.addEventListener('click', () => void this._takeOffer(offer, false));
+        restore.addEventListener(
+          'click',
+          () => void this._takeOffer(offer, true)
+        );
+        const dismiss = el(
+          'button',
+          'jp-mod-styled jp-mod-reject',
+          trans.__('Dismiss')
+        );
+        dismiss.addEventListener(
+          'click',
+          () => void this._takeOffer(offer, false)
+        );
         block.append(restore, dismiss);
       }
       const result = this._results.get(`offer:${offer.path}`);
@@ -216,9 +302,17 @@ export class PauseReportBody extends Widget {
       into.append(block);
     }
     for (const r of restarted) {
-      const sentence = restartSentence(null, status?.last_checkpoint?.created ?? null, trans);
+      const sentence = restartSentence(
+        null,
+        status?.last_checkpoint?.created ?? null,
+        trans
+      );
       into.append(
-        el('p', 'jp-PauseReport-offer', `${displayName(r.path, trans)}: ${capitalise(sentence)}`)
+        el(
+          'p',
+          'jp-PauseReport-offer',
+          `${displayName(r.path, trans)}: ${capitalise(sentence)}`
+        )
       );
     }
   }
@@ -231,12 +325,22 @@ export class PauseReportBody extends Widget {
     try {
       if (restore) {
         const vars = await this._controller.restoreOffer(offer.path, offer.id);
-        this._results.set(key, trans._n('Restored %1 variable.', 'Restored %1 variables.', vars.length));
+        this._results.set(
+          key,
+          trans._n(
+            'Restored %1 variable.',
+            'Restored %1 variables.',
+            vars.length
+          )
+        );
       } else {
         await this._controller.dismissOffer(offer.path);
       }
     } catch (error) {
-      this._results.set(key, trans.__('Not restored: %1', (error as Error).message));
+      this._results.set(
+        key,
+        trans.__('Not restored: %1', (error as Error).message)
+      );
     }
     this._running.delete(key);
     if (!this.isDisposed) {
@@ -249,20 +353,37 @@ export class PauseReportBody extends Widget {
     const section = el('section', 'jp-PauseReport-kernel');
     const title = el('h4');
     const count = (kernel.variables ?? []).length;
-    title.textContent = `${displayName(kernel.path, trans)}: ${kernelOutcomeText(kernel.outcome, trans, count)}`;
+    const outcome = kernelOutcomeText(
+      kernel.outcome,
+      trans,
+      count,
+      kernel.state_not_saved ?? null
+    );
+    title.textContent = `${displayName(kernel.path, trans)}: ${outcome}`;
     section.dataset.path = kernel.path ?? '';
     section.append(title);
     if (kernel.reason && kernel.outcome === 'failed') {
-      section.append(el('p', 'jp-PauseReport-reason', kernel.reason));
+      section.append(
+        withCommands('jp-PauseReport-reason', kernel.reason, trans)
+      );
     }
     // How it happened, ids and paths: on demand.
     const facts = [
       kernel.path ? trans.__('Path: %1', kernel.path) : '',
-      kernel.reason && kernel.outcome !== 'failed' ? trans.__('How: %1', kernel.reason) : '',
-      kernel.checkpoint_id ? trans.__('Checkpoint id: %1', kernel.checkpoint_id) : '',
+      kernel.reason && kernel.outcome !== 'failed'
+        ? trans.__('How: %1', kernel.reason)
+        : '',
+      kernel.checkpoint_id
+        ? trans.__('Checkpoint id: %1', kernel.checkpoint_id)
+        : '',
       kernel.kernel_id ? trans.__('Kernel id: %1', kernel.kernel_id) : ''
     ];
-    section.append(this._fold(`kernel:${kernel.path ?? kernel.kernel_id}`, detailsOf(trans, facts)));
+    section.append(
+      this._fold(
+        `kernel:${kernel.path ?? kernel.kernel_id}`,
+        detailsOf(trans, facts)
+      )
+    );
     // The server marks recomputed variables in its report (POST recompute updates it).
     const groups = groupVariables(kernel.variables ?? []);
     const list = (heading: string, vars: IReportVariable[], group: string) => {
@@ -280,18 +401,27 @@ export class PauseReportBody extends Widget {
         if (v.kind) {
           details.push(v.kind);
         }
-        if (typeof v.size === 'number' && (v.size > 0 || group === 'restored')) {
+        if (
+          typeof v.size === 'number' &&
+          (v.size > 0 || group === 'restored')
+        ) {
           details.push(formatBytes(v.size));
         }
         if (details.length) {
-          li.append(el('span', 'jp-PauseReport-meta', ` ${details.join(', ')}`));
+          li.append(
+            el('span', 'jp-PauseReport-meta', ` ${details.join(', ')}`)
+          );
         }
         if (v.reason) {
           li.append(el('span', 'jp-PauseReport-why', ` — ${v.reason}`));
         }
         if (v.cell?.execution_count != null && group === 'recomputable') {
           li.append(
-            el('span', 'jp-PauseReport-meta', ' ' + trans.__('(cell [%1])', v.cell.execution_count))
+            el(
+              'span',
+              'jp-PauseReport-meta',
+              ' ' + trans.__('(cell [%1])', v.cell.execution_count)
+            )
           );
         }
         ul.append(li);
@@ -303,13 +433,23 @@ export class PauseReportBody extends Widget {
     list(trans.__('Came back live'), groups.live, 'live');
     list(trans.__('Restored from the checkpoint'), groups.restored, 'restored');
     list(trans.__('Recomputed'), groups.recomputed, 'recomputed');
-    const recomputable = list(trans.__('Can be recomputed'), groups.recomputable, 'recomputable');
+    const recomputable = list(
+      trans.__('Can be recomputed'),
+      groups.recomputable,
+      'recomputable'
+    );
     const path = kernel.path;
     if (recomputable && path) {
       const names = groups.recomputable.map(v => v.name);
-      const button = el('button', 'jp-mod-styled jp-mod-accept jp-PauseReport-recompute');
+      const button = el(
+        'button',
+        'jp-mod-styled jp-mod-accept jp-PauseReport-recompute'
+      );
       button.textContent = trans.__('Recompute %1', names.join(', '));
-      button.setAttribute('aria-label', trans.__('Re-run the cells that made %1', names.join(', ')));
+      button.setAttribute(
+        'aria-label',
+        trans.__('Re-run the cells that made %1', names.join(', '))
+      );
       button.disabled = this._running.has(path);
       button.addEventListener('click', () => void this._recompute(path, names));
       recomputable.append(button);
@@ -317,19 +457,28 @@ export class PauseReportBody extends Widget {
     // Kept across re-renders (a status event re-renders the whole body).
     const result = path ? this._results.get(path) : undefined;
     if (path && (result || this._running.has(path))) {
-      const p = el('p', 'jp-PauseReport-result', result ?? trans.__('Re-running the recorded cells…'));
+      const p = el(
+        'p',
+        'jp-PauseReport-result',
+        result ?? trans.__('Re-running the recorded cells…')
+      );
       p.setAttribute('aria-live', 'polite');
       section.append(p);
     }
     list(trans.__('Skipped'), groups.skipped, 'skipped');
     list(trans.__('Failed'), groups.failed, 'failed');
     if (!(kernel.variables ?? []).length) {
-      section.append(el('p', 'jp-PauseReport-empty', trans.__('No variables.')));
+      section.append(
+        el('p', 'jp-PauseReport-empty', trans.__('No variables.'))
+      );
     }
     const processState = kernel.process_state ?? [];
     if (processState.length) {
       section.append(
-        this._fold(`process:${kernel.path ?? kernel.kernel_id}`, processStateOf(trans, processState))
+        this._fold(
+          `process:${kernel.path ?? kernel.kernel_id}`,
+          processStateOf(trans, processState)
+        )
       );
     }
     return section;
@@ -338,11 +487,18 @@ export class PauseReportBody extends Widget {
 
 /** The kernel's process state (random generators, working directory, settings), folded: each
  * row with what happened to it and why. */
-function processStateOf(trans: ITrans, rows: IReportVariable[]): HTMLDetailsElement {
+function processStateOf(
+  trans: ITrans,
+  rows: IReportVariable[]
+): HTMLDetailsElement {
   const details = el('details', 'jp-PauseReport-process');
   const back = rows.filter(r => r.status === 'restored').length;
   details.append(
-    el('summary', undefined, trans.__('Process state: %1 of %2 put back', back, rows.length))
+    el(
+      'summary',
+      undefined,
+      trans.__('Process state: %1 of %2 put back', back, rows.length)
+    )
   );
   const ul = el('ul');
   for (const r of rows) {

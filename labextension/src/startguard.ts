@@ -59,7 +59,8 @@ type Patched<T> = { [K in keyof T]?: T[K] };
 /** Hold the kernel-starting commands and dialogs; disposing restores them. */
 export function guardKernelStarts(options: IStartGuardOptions): IDisposable {
   const { commands, hold, reason, shortReason, dialogs } = options;
-  const held = (id: string) => KERNEL_START_COMMANDS.has(id) && hold.mode !== 'free';
+  const held = (id: string) =>
+    KERNEL_START_COMMANDS.has(id) && hold.mode !== 'free';
   // Own properties shadow CommandRegistry's prototype methods; menus, the palette, key
   // bindings and the launcher all call them on the registry.
   const own = commands as Patched<CommandRegistry>;
@@ -77,12 +78,16 @@ export function guardKernelStarts(options: IStartGuardOptions): IDisposable {
     } finally {
       depth--;
     }
-    return held(id) && depth === 0 && label ? `${label} (${shortReason()})` : label;
+    return held(id) && depth === 0 && label
+      ? `${label} (${shortReason()})`
+      : label;
   };
   own.caption = (id: string, args?: ReadonlyPartialJSONObject) =>
     held(id) ? reason() : proto.caption.call(commands, id, args);
   own.execute = (id: string, args?: ReadonlyPartialJSONObject) =>
-    held(id) && hold.refuse() ? Promise.resolve(undefined) : proto.execute.call(commands, id, args);
+    held(id) && hold.refuse()
+      ? Promise.resolve(undefined)
+      : proto.execute.call(commands, id, args);
 
   const restore: Array<() => void> = [];
   if (dialogs) {
@@ -121,12 +126,18 @@ export function notifyKernelStartCommands(commands: CommandRegistry): void {
  * A kernel start the server refused because the workspace is paused: say it in one line
  * (`tell`) instead of JupyterLab's "Error Starting Kernel" dialog. Other errors keep it.
  */
-export function softenPausedRefusal(context: ISessionContext, tell: () => void): void {
+export function softenPausedRefusal(
+  context: ISessionContext,
+  tell: () => void
+): void {
   const target = context as unknown as {
     _displayKernelError?: (message: string, traceback: string) => Promise<void>;
   };
   const show = target._displayKernelError;
-  if (typeof show !== 'function' || (show as { __pauseSoft?: boolean }).__pauseSoft) {
+  if (
+    typeof show !== 'function' ||
+    (show as { __pauseSoft?: boolean }).__pauseSoft
+  ) {
     return;
   }
   const soft = (message: string, traceback: string) => {

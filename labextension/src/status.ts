@@ -4,9 +4,17 @@
  */
 
 import type { IStatus, IStep, WorkspaceState } from './api';
-import { formatAge, formatBytes, formatClock, formatDuration, formatTime, ITrans } from './format';
+import {
+  formatAge,
+  formatBytes,
+  formatClock,
+  formatDuration,
+  formatTime,
+  ITrans
+} from './format';
 import { capitalise, IRestart, offerFor, restartSentence } from './offers';
 import { reportTotalSeconds } from './report';
+import { PAUSE_STATES, RESUME_STATES } from './vocabulary';
 
 export type Severity = 'idle' | 'busy' | 'ok' | 'warn' | 'error';
 
@@ -20,13 +28,8 @@ export interface IStatusView {
   progress: number | null;
 }
 
-const PAUSE_FLIGHT: ReadonlySet<string> = new Set(['checkpointing', 'snapshotting', 'releasing']);
-const RESUME_FLIGHT: ReadonlySet<string> = new Set([
-  'resuming',
-  'waiting_for_capacity',
-  'verifying',
-  'restoring'
-]);
+const PAUSE_FLIGHT: ReadonlySet<string> = new Set(PAUSE_STATES);
+const RESUME_FLIGHT: ReadonlySet<string> = new Set(RESUME_STATES);
 
 /** True while a pause is in progress. */
 export function isPausing(status: IStatus | null): boolean {
@@ -69,7 +72,10 @@ export function stepProgress(
   const done = typeof step.done === 'number' ? step.done : null;
   const total = typeof step.total === 'number' ? step.total : null;
   if (done === null || total === null || total <= 0) {
-    return { fraction: null, text: done !== null && done > 0 ? formatBytes(done) : '' };
+    return {
+      fraction: null,
+      text: done !== null && done > 0 ? formatBytes(done) : ''
+    };
   }
   const fraction = Math.min(1, Math.max(0, done / total));
   const bytes =
@@ -78,7 +84,9 @@ export function stepProgress(
       (state === 'checkpointing' ||
         state === 'restoring' ||
         /checkpoint|restor|byte/i.test(step.name || '')));
-  const text = bytes ? `${formatBytes(done)} / ${formatBytes(total)}` : `${done} / ${total}`;
+  const text = bytes
+    ? `${formatBytes(done)} / ${formatBytes(total)}`
+    : `${done} / ${total}`;
   return { fraction, text };
 }
 
@@ -95,7 +103,11 @@ export function describeOffer(status: IStatus | null, trans: ITrans): string {
   return from.checkpoints
     .map(c =>
       c.created
-        ? trans.__('%1: the checkpoint of %2', c.path || trans.__('a kernel'), formatClock(c.created))
+        ? trans.__(
+            '%1: the checkpoint of %2',
+            c.path || trans.__('a kernel'),
+            formatClock(c.created)
+          )
         : trans.__(
             '%1: a checkpoint %2 old',
             c.path || trans.__('a kernel'),
@@ -152,18 +164,39 @@ function view(
 }
 
 /** Running or paused: the state and the last checkpoint. */
-function settled(c: IContext, label: string, sentence: string, severity: Severity): IStatusView {
-  return view(c, label, lines(sentence, checkpointLine(c.status, c.trans)), severity);
+function settled(
+  c: IContext,
+  label: string,
+  sentence: string,
+  severity: Severity
+): IStatusView {
+  return view(
+    c,
+    label,
+    lines(sentence, checkpointLine(c.status, c.trans)),
+    severity
+  );
 }
 
 /** A step of a pause or resume; `counted` steps show their progress in the label too. */
-function inFlight(c: IContext, label: string, sentence: string, counted = false): IStatusView {
+function inFlight(
+  c: IContext,
+  label: string,
+  sentence: string,
+  counted = false
+): IStatusView {
   if (!counted) {
     return view(c, label, lines(sentence, c.message), 'busy', c.fraction);
   }
   const progress = c.text ? c.trans.__('Progress: %1', c.text) : '';
   const withText = c.text ? `${label} ${c.text}` : label;
-  return view(c, withText, lines(sentence, c.message, progress), 'busy', c.fraction);
+  return view(
+    c,
+    withText,
+    lines(sentence, c.message, progress),
+    'busy',
+    c.fraction
+  );
 }
 
 function waiting(c: IContext): IStatusView {
@@ -182,18 +215,30 @@ function ready(c: IContext): IStatusView {
   const outcome = status.outcome || status.last_report?.outcome || 'live';
   const took = reportTotalSeconds(status.last_report ?? null);
   const tookLine =
-    took !== null ? trans.__('Resume request to kernel usable: %1.', formatDuration(took)) : '';
+    took !== null
+      ? trans.__('Resume request to kernel usable: %1.', formatDuration(took))
+      : '';
   if (outcome === 'restored') {
     const sentence = trans.__(
       'The kernels were restarted and restored from the checkpoint. Click for the report.'
     );
-    return view(c, trans.__('Restored from checkpoint'), lines(sentence, tookLine), 'ok');
+    return view(
+      c,
+      trans.__('Restored from checkpoint'),
+      lines(sentence, tookLine),
+      'ok'
+    );
   }
   if (outcome === 'fresh') {
     const sentence = trans.__(
       'The kernels were started fresh: there was no checkpoint to restore. Click for the report.'
     );
-    return view(c, trans.__('Ready (fresh kernel)'), lines(sentence, tookLine), 'warn');
+    return view(
+      c,
+      trans.__('Ready (fresh kernel)'),
+      lines(sentence, tookLine),
+      'warn'
+    );
   }
   const sentence = trans.__(
     'The kernels came back live: nothing had to be restored. Click for the report.'
@@ -204,7 +249,9 @@ function ready(c: IContext): IStatusView {
 function failed(c: IContext): IStatusView {
   const { status, trans } = c;
   const what =
-    status.flight?.kind === 'resume' ? trans.__('Resume failed') : trans.__('Pause failed');
+    status.flight?.kind === 'resume'
+      ? trans.__('Resume failed')
+      : trans.__('Pause failed');
   const offer = describeOffer(status, trans);
   const tooltip = lines(
     `${what}: ${status.reason || trans.__('no reason given')}`,
@@ -216,24 +263,38 @@ function failed(c: IContext): IStatusView {
 }
 
 /** A step of a pause or resume: its label, a sentence, and whether the label counts. */
-type FlightText = (trans: ITrans) => [label: string, sentence: string, counted?: boolean];
+type FlightText = (
+  trans: ITrans
+) => [label: string, sentence: string, counted?: boolean];
 
 const FLIGHT_TEXTS: { [state: string]: FlightText } = {
-  checkpointing: t => [t.__('Checkpointing'), t.__('Writing a checkpoint of each kernel.'), true],
+  checkpointing: t => [
+    t.__('Checkpointing'),
+    t.__('Writing a checkpoint of each kernel.'),
+    true
+  ],
   snapshotting: t => [
     t.__('Snapshotting'),
     t.__('The platform is taking a snapshot of the workspace.')
   ],
-  releasing: t => [t.__('Stopping kernels'), t.__('Stopping the kernels to free their memory.')],
+  releasing: t => [
+    t.__('Stopping kernels'),
+    t.__('Stopping the kernels to free their memory.')
+  ],
   resuming: t => [t.__('Resuming…'), t.__('Bringing the compute back.')],
   verifying: t => [
     t.__('Verifying kernels'),
     t.__('Checking whether each kernel came back live or must be restored.')
   ],
-  restoring: t => [t.__('Restoring'), t.__('Restoring variables from the checkpoint.'), true]
+  restoring: t => [
+    t.__('Restoring'),
+    t.__('Restoring variables from the checkpoint.'),
+    true
+  ]
 };
 
-const flight = (c: IContext) => inFlight(c, ...FLIGHT_TEXTS[c.status.state](c.trans));
+const flight = (c: IContext) =>
+  inFlight(c, ...FLIGHT_TEXTS[c.status.state](c.trans));
 
 /** Releasing, in this machine's words: the accelerator only when the server has one. */
 function releasing(c: IContext): IStatusView {
@@ -245,6 +306,18 @@ function releasing(c: IContext): IStatusView {
     c,
     trans.__('Releasing accelerator'),
     trans.__('Stopping the kernels to free the accelerator.')
+  );
+}
+
+/** The server is stopping: it saves each kernel first, restored when it starts again. */
+function stopping(c: IContext): IStatusView {
+  const { trans } = c;
+  return inFlight(
+    c,
+    trans.__('Server stopping: saving kernels'),
+    trans.__(
+      'The server is stopping. It saves the state of each kernel first; each notebook gets its variables back when it is opened on the restarted server.'
+    )
   );
 }
 
@@ -281,7 +354,8 @@ const STATE_VIEWS: { [S in WorkspaceState]: (c: IContext) => IStatusView } = {
   verifying: flight,
   restoring: flight,
   ready,
-  failed
+  failed,
+  stopping
 };
 
 /**
@@ -295,7 +369,9 @@ function restartedView(c: IContext, restarts: IRestart[]): IStatusView | null {
     return null;
   }
   const fresh = restarts.filter(r => !r.used);
-  const died = (status.offers ?? []).filter(o => !fresh.some(r => r.path === o.path));
+  const died = (status.offers ?? []).filter(
+    o => !fresh.some(r => r.path === o.path)
+  );
   if (!fresh.length && !died.length) {
     return restarts.length ? running(c) : null;
   }
@@ -305,17 +381,35 @@ function restartedView(c: IContext, restarts: IRestart[]): IStatusView | null {
     ...died.map(o => ({ path: o.path, offer: o }))
   ];
   const sentences = items.map(
-    i => `${i.path}: ${restartSentence(i.offer, i.offer ? null : checkpointAt, trans)}`
+    i =>
+      `${i.path}: ${restartSentence(i.offer, i.offer ? null : checkpointAt, trans)}`
   );
   const anyDied = items.some(i => i.offer?.cause === 'kernel_died');
-  const label = anyDied ? trans.__('Kernel died: state gone') : trans.__('Kernel restarted: state gone');
-  return view(c, label, lines(...sentences, trans.__('Click for details.')), 'warn');
+  const label = anyDied
+    ? trans.__('Kernel died: state gone')
+    : trans.__('Kernel restarted: state gone');
+  return view(
+    c,
+    label,
+    lines(...sentences, trans.__('Click for details.')),
+    'warn'
+  );
 }
 
 /** The first sentence for one notebook after its kernel restarted (capitalised). */
-export function restartLine(status: IStatus | null, path: string, trans: ITrans): string {
+export function restartLine(
+  status: IStatus | null,
+  path: string,
+  trans: ITrans
+): string {
   const offer = offerFor(status, path);
-  return capitalise(restartSentence(offer, offer ? null : (status?.last_checkpoint?.created ?? null), trans));
+  return capitalise(
+    restartSentence(
+      offer,
+      offer ? null : (status?.last_checkpoint?.created ?? null),
+      trans
+    )
+  );
 }
 
 /** The status bar view of a status (or of a failure to read it). */
@@ -348,7 +442,13 @@ export function describeStatus(
   if (!Object.prototype.hasOwnProperty.call(STATE_VIEWS, status.state)) {
     // A state this page does not know (a newer server).
     const label = String(status.state);
-    return { state: 'unknown', label, tooltip: message, severity: 'idle', progress: fraction };
+    return {
+      state: 'unknown',
+      label,
+      tooltip: message,
+      severity: 'idle',
+      progress: fraction
+    };
   }
   const c = { status, trans, fraction, text, message };
   return restartedView(c, restarts) ?? STATE_VIEWS[status.state](c);
@@ -358,11 +458,18 @@ export function describeStatus(
  * The label for Notebook 7's header, next to its "Last Checkpoint: 2 minutes ago" (the file
  * save): the same states, without the word "checkpoint" and with progress in percent.
  */
-export function headerLabel(view: IStatusView, status: IStatus | null, trans: ITrans): string {
-  const percent = view.progress !== null ? Math.round(view.progress * 100) : null;
+export function headerLabel(
+  view: IStatusView,
+  status: IStatus | null,
+  trans: ITrans
+): string {
+  const percent =
+    view.progress !== null ? Math.round(view.progress * 100) : null;
   switch (view.state) {
     case 'checkpointing':
-      return percent !== null ? trans.__('Saving state %1%', percent) : trans.__('Saving state');
+      return percent !== null
+        ? trans.__('Saving state %1%', percent)
+        : trans.__('Saving state');
     case 'restoring':
       return percent !== null
         ? trans.__('Restoring state %1%', percent)

@@ -13,11 +13,21 @@ import { IFlightRequest, IStatusChange, PauseController } from './controller';
 import { ITrans } from './format';
 import { holdModeOf, KernelHold } from './kernelhold';
 import { hasNewReport, isIncomplete, reportHeadline } from './report';
-import { canRestoreOffer, capitalise, fileName, restartSentence } from './offers';
+import {
+  canRestoreOffer,
+  capitalise,
+  fileName,
+  restartSentence
+} from './offers';
 import { freedText } from './status';
 
 /** States after which the server has stopped or started kernels. */
-const SETTLED: ReadonlySet<string> = new Set(['paused', 'ready', 'running', 'failed']);
+const SETTLED: ReadonlySet<string> = new Set([
+  'paused',
+  'ready',
+  'running',
+  'failed'
+]);
 
 export class StateFollower implements IDisposable {
   constructor(options: StateFollower.IOptions) {
@@ -55,7 +65,11 @@ export class StateFollower implements IDisposable {
   }
 
   private _onRequest(_: PauseController, request: IFlightRequest): void {
-    this._hold.followRequest(request.kind, request.phase, this._controller.status);
+    this._hold.followRequest(
+      request.kind,
+      request.phase,
+      this._controller.status
+    );
   }
 
   private _onRead(_: PauseController, change: IStatusChange): void {
@@ -112,22 +126,35 @@ export class StateFollower implements IDisposable {
               )
               .catch(error =>
                 Notification.error(
-                  trans.__('%1 was not restored: %2', fileName(offer.path), (error as Error).message),
+                  trans.__(
+                    '%1 was not restored: %2',
+                    fileName(offer.path),
+                    (error as Error).message
+                  ),
                   { autoClose: 10000 }
                 )
               )
         });
         actions.push({
           label: trans.__('Dismiss'),
-          callback: () => void this._controller.dismissOffer(offer.path).catch(() => undefined)
+          callback: () =>
+            void this._controller
+              .dismissOffer(offer.path)
+              .catch(() => undefined)
         });
       }
-      this._offerNotes.set(offer.id, Notification.warning(message, { actions, autoClose: false }));
+      this._offerNotes.set(
+        offer.id,
+        Notification.warning(message, { actions, autoClose: false })
+      );
     }
   }
 
   /** On a state change: reconnect notebooks and say "Paused". Resolves once reconnected. */
-  private _followTransition(previous: IStatus | null, current: IStatus): Promise<unknown> {
+  private _followTransition(
+    previous: IStatus | null,
+    current: IStatus
+  ): Promise<unknown> {
     const prevState = previous?.state;
     if (!prevState || prevState === current.state) {
       return Promise.resolve();
@@ -186,11 +213,18 @@ export class StateFollower implements IDisposable {
     this._notifiedFailure = key;
     const trans = this._trans;
     const what =
-      current.flight?.kind === 'resume' ? trans.__('Resume failed') : trans.__('Pause failed');
+      current.flight?.kind === 'resume'
+        ? trans.__('Resume failed')
+        : trans.__('Pause failed');
     // The hint (what to do) is in the status tooltip and behind "Details": toasts are short.
-    const reason = (current.reason || trans.__('no reason given')).replace(/\.$/, '');
+    const reason = (current.reason || trans.__('no reason given')).replace(
+      /\.$/,
+      ''
+    );
     Notification.error(`${what}: ${reason}.`, {
-      actions: [{ label: trans.__('Details'), callback: () => this._showReport() }],
+      actions: [
+        { label: trans.__('Details'), callback: () => this._showReport() }
+      ],
       autoClose: false
     });
   }
@@ -205,7 +239,12 @@ export class StateFollower implements IDisposable {
     if (report.outcome === 'failed') {
       return; // announced by _announceFailure
     }
-    const actions = [{ label: this._trans.__('Show report'), callback: () => this._showReport() }];
+    const actions = [
+      {
+        label: this._trans.__('Show report'),
+        callback: () => this._showReport()
+      }
+    ];
     const headline = reportHeadline(report, this._trans);
     const incomplete = isIncomplete(report);
     void synced.then(() => {

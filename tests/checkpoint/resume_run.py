@@ -5,7 +5,7 @@ it (the uninterrupted run) and in a fresh process that restored it, must print t
 in one fresh ``__main__`` process, and ``after`` alone in a second fresh process that restored
 the checkpoint into its globals (what a fresh kernel's ``%restore`` does). ``after`` reports with
 ``emit(value)`` (JSON-able). Returns both runs' emitted values, the write and read statuses, and
-the restore notes (``take_load_notes``).
+the restore notes (``ReadResult.load_notes``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import json, os, sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from jupyter_pause.checkpoint import load_or_create_key, open_store, read, write
-from jupyter_pause.checkpoint.pickling import take_load_notes
 _store, _key, _mode = open_store(sys.argv[1]), load_or_create_key(sys.argv[2]), sys.argv[3]
 _base = set(globals()) | {{"_base"}}
 _emitted = []
@@ -38,7 +37,7 @@ else:
     _rr = read(_store, key=_key)
     globals().update(_rr.values)
     _report = {{v.name: [v.status, v.reason] for v in _rr.variables}}
-    _notes = take_load_notes()
+    _notes = _rr.load_notes
 try:
 {after}
 finally:

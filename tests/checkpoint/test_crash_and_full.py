@@ -122,7 +122,7 @@ def test_full_disk_is_a_clear_error_and_loses_nothing(tiny_fs, key):
     msg = str(ei.value)
     assert "no space left" in msg and "\n" not in msg
     assert store.manifest_ids("default") == [first.checkpoint_id]
-    assert [n for n in os.listdir(os.path.join(store.root, "tmp"))] == []
+    assert list(os.listdir(os.path.join(store.root, "tmp"))) == []
     assert _files(os.path.join(store.root, "blobs")) == blobs_before
     rr = read(store, key=key)
     assert rr.values["n"] == 1 and rr.values["a"].sum() == np.arange(50_000).sum()

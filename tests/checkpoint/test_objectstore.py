@@ -123,7 +123,7 @@ class _PeakRSS:
         while not self.stop.wait(0.002):
             self.peak = max(self.peak, self.proc.memory_info().rss)
 
-    def __enter__(self) -> _PeakRSS:  # noqa: PYI034
+    def __enter__(self) -> _PeakRSS:
         self.t.start()
         return self
 

@@ -94,7 +94,7 @@ def _assert_same(got: dict, want: dict) -> None:
     assert got["view"].untyped_storage().data_ptr() == got["lin"].weight.untyped_storage().data_ptr()
     # and nothing else is shared: tensors with equal bytes come back as separate memories
     ptrs = [got[k].untyped_storage().data_ptr() for k in TENSORS]
-    assert len(set(ptrs)) == len(ptrs), dict(zip(TENSORS, ptrs))
+    assert len(set(ptrs)) == len(ptrs), dict(zip(TENSORS, ptrs, strict=False))
 
 
 class CheckpointLifecycle(RuleBasedStateMachine):

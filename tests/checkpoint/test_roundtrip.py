@@ -20,7 +20,6 @@ import pandas as pd
 import pytest
 
 from jupyter_pause.checkpoint import read, write
-from jupyter_pause.checkpoint.outcomes import take_load_notes
 
 from .helpers import statuses
 
@@ -201,9 +200,8 @@ def test_torch_model_optimizer_views_shared_tied(store, key):
     res = write(ns, store, key=key)
     assert all(v.status == "saved" for v in res.variables), res.variables
     assert all(t["dtype"] and t["shape"] and t["device"] == "cpu" for t in res.manifest.tensors)
-    take_load_notes()
-    v = read(store, key=key).values
-    notes = take_load_notes()  # what the kernel's report turns from "restored" into "stale"
+    rr = read(store, key=key)
+    v, notes = rr.values, rr.load_notes  # the kernel's report turns these "restored" to "stale"
     assert list(notes) == ["loss"] and "without its autograd graph" in notes["loss"][0]
     m2, o2 = v["model"], v["opt"]
     assert o2.param_groups[0]["params"][0] is m2[0].weight

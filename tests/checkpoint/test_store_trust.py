@@ -90,6 +90,19 @@ def test_forged_newest_manifest_is_skipped_and_reported(store, key):
         read(store, key=key, checkpoint_id=FORGED_ID)
 
 
+def test_no_key_loads_nothing_not_even_an_unsigned_manifest(store, key, tmp_path):
+    """Without a key nothing can be verified, so nothing is loaded: a forged manifest whose
+    pickle would run code must never be read because a caller passed no key."""
+    write({"x": 1}, store, key=key)
+    _plant(store, stream_slug("default"), f"{FORGED_ID}.json",
+           _forged("default", {}, cid=FORGED_ID))
+    for empty in (b"", None):
+        with pytest.raises(CheckpointError, match="no checkpoint key"):
+            read(store, key=empty)
+        with pytest.raises(CheckpointError, match="no checkpoint key"):
+            store.choose(empty, "default", FORGED_ID)
+
+
 # -- case 4: a manifest is bound to where it is found ------------------------------------------
 
 def test_replay_into_another_notebook_is_refused(store, key):
@@ -215,7 +228,7 @@ def test_store_files_and_folders_are_private(tmp_path, key):
         s.pin(s.list(key=key)[0].id)
     finally:
         os.umask(old)
-    for d, dirs, files in os.walk(root):
+    for d, _dirs, files in os.walk(root):
         assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
         for f in files:
             assert stat.S_IMODE(os.stat(os.path.join(d, f)).st_mode) == 0o600, f

@@ -14,7 +14,6 @@ import weakref
 import pytest
 
 from jupyter_pause.checkpoint import read, write
-from jupyter_pause.checkpoint.pickling import take_load_notes
 
 from .helpers import statuses
 from .resume_run import assert_continues
@@ -30,9 +29,8 @@ class Node:
 
 def _roundtrip(ns, store, key):
     res = write(ns, store, key=key)
-    take_load_notes()
     rr = read(store, key=key)
-    return res, rr, take_load_notes()
+    return res, rr, rr.load_notes
 
 
 def test_forward_hook_handle_removes_the_hook_from_the_restored_module(store, key):

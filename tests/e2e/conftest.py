@@ -93,4 +93,4 @@ def jp_asyncio_loop():
 
 @pytest.fixture
 def jp_server_cleanup():
-    yield
+    return

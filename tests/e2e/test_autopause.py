@@ -76,13 +76,21 @@ def test_auto_pause_countdown_and_cancel(lab_factory, page) -> None:
     expect()(announcement(page)).to_be_visible(timeout=60_000)
     run_cell(page, panel, 1, "print('still here', keep + 1)")
     expect()(cell_output(panel, 1)).to_contain_text("still here 124", timeout=60_000)
-    expect()(announcement(page)).to_have_count(0, timeout=15_000)
+    try:
+        expect()(announcement(page)).to_have_count(0, timeout=15_000)
+    except AssertionError as e:  # say whether the server or the page kept it
+        shot(page, "11-auto-pause-not-cancelled")
+        raise AssertionError(
+            f"{e}\nGET policy: {lab.api('GET', 'jupyter-pause/api/policy')}\njournal: "
+            f"{[x for x in journal(lab) if x['event'].startswith('auto_pause')]}") from e
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         cancelled = [e for e in journal(lab) if e["event"] == "auto_pause_cancelled"]
         if len(cancelled) >= 2:
             break
         time.sleep(0.2)
+    else:
+        raise AssertionError(f"two cancelled auto-pauses not journalled within 10 s: {cancelled}")
     assert [e["by"] for e in cancelled[:2]] == ["user", "activity"], cancelled
 
     # Nothing was paused: the same kernel runs with its variables.

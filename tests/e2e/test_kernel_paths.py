@@ -45,13 +45,16 @@ def menu_item(page, menu: str, label: str, submenu: str | None = None):
 def menu_item_settles(page, menu: str, label: str, check, submenu: str | None = None,
                       timeout: float = 20.0):
     """Reopen the menu until `check(item)` holds: an open menu does not re-render when its
-    commands change, so each look is a fresh opening. Returns the item (menu left open)."""
+    commands change, so each look is a fresh opening. Returns the item (menu left open); fails
+    after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:
         item = menu_item(page, menu, label, submenu).first
         item.wait_for()
-        if check(item) or time.monotonic() > deadline:
+        if check(item):
             return item
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{menu} > {label}: {check.__name__} not within {timeout} s")
         page.keyboard.press("Escape")
         page.wait_for_timeout(250)
 
@@ -131,7 +134,7 @@ def test_every_kernel_start_path_is_held_while_paused(lab: LabServer, page) -> N
     expect()(page.locator(".jp-ConsolePanel")).to_have_count(0)
     shot(page, "14-paused-start-refused")
     no_kernels(lab)
-    assert [s for s in lab.api("GET", "api/sessions")] == []
+    assert list(lab.api("GET", "api/sessions")) == []
 
     # Resumed: the notice is gone and the paths work again (the restart shortcut asks again).
     page.get_by_role("tab", name=re.compile("held.ipynb")).click()

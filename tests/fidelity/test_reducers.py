@@ -13,7 +13,6 @@ from jupyter_pause.checkpoint.pickling import (
     StaleObject,
     dump_group,
     load_group,
-    take_load_notes,
 )
 from jupyter_pause.checkpoint.reducers.files import SourceChanged
 
@@ -25,10 +24,15 @@ def covers(*names: str) -> Any:
     return lambda fn: fn
 
 
-def roundtrip(values: dict[str, Any]) -> dict[str, Any]:
+def roundtrip_noted(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """The values back, and what did not come back with each (the load's notes)."""
     stream, pickler, ctx = dump_group(values)
     bufs = [bytes(b) for b in ctx.buffers]
     return load_group(stream, pickler, bufs, lambda i: ctx.storages[i].clone())
+
+
+def roundtrip(values: dict[str, Any]) -> dict[str, Any]:
+    return roundtrip_noted(values)[0]
 
 
 @pytest.fixture
@@ -44,7 +48,7 @@ def test_text_file_reopened_at_its_position_and_refused_when_changed(text_file: 
     f = open("lines.txt")  # noqa: SIM115 - the open handle is the point
     assert f.readline() == "one\n"
     stream, pickler, _ = dump_group({"f": f})
-    got = load_group(stream, pickler, [], None)["f"]
+    got = load_group(stream, pickler, [], None)[0]["f"]
     assert (got.name, got.mode, got.readline()) == ("lines.txt", "r", "two\n")
     got.close()
     text_file.write_text("one\ntwo\nTHREE\n")  # same size, other content
@@ -130,18 +134,16 @@ def test_autograd_views_rebuilt_and_lost_graphs_noted() -> None:
     w = torch.nn.Parameter(torch.arange(6.0).reshape(2, 3))
     row = w[1]
     loss = (w * 2).sum()
-    take_load_notes()
-    got = roundtrip({"w": w, "row": row, "loss": loss})
+    got, notes = roundtrip_noted({"w": w, "row": row, "loss": loss})
     # the view of a leaf is the same view again: gradients reach the parameter
     assert got["row"].grad_fn is not None and got["row"]._base is got["w"]
     got["row"].sum().backward()
     assert got["w"].grad.tolist() == [[0, 0, 0], [1, 1, 1]]
     # a graph cannot travel: the value does, marked, and backward() fails loudly
     assert got["loss"].item() == loss.item() and not got["loss"].requires_grad
-    notes = take_load_notes()
     assert list(notes) == ["loss"]
     assert "without its autograd graph (grad_fn=SumBackward0)" in notes["loss"][0]
-    assert take_load_notes() == {}
+    assert roundtrip_noted({"w": w})[1] == {}  # notes belong to their own load only
 
 
 @covers("ipywidgets.widgets.widget.Widget")
@@ -234,14 +236,14 @@ def test_weak_links_point_at_the_objects_restored_with_them() -> None:
           "vd": weakref.WeakValueDictionary({"a": a}), "kd": weakref.WeakKeyDictionary({b: 1}),
           "ws": weakref.WeakSet([a, b]), "fin": weakref.finalize(b, print, "bye"),
           "f": Box.get}
-    got = roundtrip(ns)
+    got, notes = roundtrip_noted(ns)
     ns["fin"].detach()
     ra, rb = got["items"]
     assert got["r"]() is ra and got["m"]().__self__ is ra and got["p"].get() == "got"
     assert got["cp"](ra) == "got" and got["vd"]["a"] is ra and got["kd"][rb] == 1
     assert set(got["ws"]) == {ra, rb} and got["fin"].peek()[0] is rb
     got["fin"].detach()
-    assert not take_load_notes()
+    assert not notes
 
 
 @covers("torch.utils.hooks.RemovableHandle",

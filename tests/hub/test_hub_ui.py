@@ -36,7 +36,7 @@ def jp_asyncio_loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 @pytest.fixture
 def jp_server_cleanup() -> Iterator[None]:
-    yield
+    return
 
 
 @pytest.fixture

@@ -135,6 +135,26 @@ def test_a_cell_started_during_an_autosave_starts_at_once(kernel_factory: Any,
         assert fresh.eval("y") == 0
 
 
+def test_a_forked_autosave_freezes_the_collector_only_while_its_child_lives(
+        kernel_factory: Any, where: dict[str, str], tmp_path: Path) -> None:
+    """While the child writes, the kernel's old objects sit in the collector's permanent
+    generation (a collection would write to each one's header: copy on write of the whole
+    namespace, paid by the cell); afterwards they are back, and a cycle among them is
+    collected as before."""
+    k = kernel_factory(**{**where, "JUPYTER_PAUSE_AUTOSAVE": json.dumps({"mode": "fork"})})
+    k.ok("%load_ext jupyter_pause")
+    marker = tmp_path / "pickling"
+    k.ok("import gc, weakref\nclass Node: pass\n"
+         "a, b = Node(), Node(); a.b, b.a = b, a; alive = weakref.ref(a)\n"
+         + SLOW + f"\nslow = Slow({str(marker)!r}, 4.0, False)")
+    wait_for("the autosave to be under way", marker.exists, 60)
+    assert int(k.eval("gc.get_freeze_count()")) > 0
+    wait_for("the autosave to end", lambda: status(k)["phase"] == "idle", 60)
+    assert k.eval("gc.get_freeze_count()") == 0
+    k.ok("del a, b\ngc.collect()")
+    assert k.eval("alive() is None") is True
+
+
 def test_autosave_sends_nothing_on_iopub(kernel_factory: Any, where: dict[str, str]) -> None:
     """jupyter_server moves last_activity and execution_state on IOPub messages only: an
     autosave that sends none is not the person's activity and never shows the kernel busy."""

@@ -279,6 +279,10 @@ class FakeApiServer:
         # Called on the server loop with (kind, object) after each create: a test observes the
         # exact moment an object appears (as an admission webhook would).
         self.on_create: list[Any] = []
+        # Mutating admission of an update, on the server loop: (kind, ns, old, new, sub) -> the
+        # object to store (a mutating webhook on UPDATE, such as GKE Workspaces' Workspace
+        # webhook). It reads other objects from `self.store`, never over HTTP.
+        self.on_update: list[Any] = []
         # The ServiceAccount admission plugin is on in every real cluster.
         self.service_account_admission = True
 
@@ -386,7 +390,9 @@ class FakeApiServer:
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         if kind.kind == "SelfSubjectAccessReview":  # not stored: answered from the deny switches
             ra = (obj.get("spec") or {}).get("resourceAttributes") or {}
-            ok = self.allowed_for(user or self.user, ra.get("verb", ""), ra.get("resource", ""))
+            resource = ra.get("resource", "") + (f"/{ra['subresource']}"
+                                                 if ra.get("subresource") else "")
+            ok = self.allowed_for(user or self.user, ra.get("verb", ""), resource)
             obj["status"] = {"allowed": ok, **({} if ok else {"reason": "denied by test"})}
             obj["apiVersion"], obj["kind"] = kind.gv, kind.kind
             return obj
@@ -437,6 +443,8 @@ class FakeApiServer:
                            "has been modified; please apply your changes to the latest version "
                            "and try again", {"name": name, "group": kind.group,
                                              "kind": kind.plural})
+        for hook in self.on_update:
+            new = hook(kind, ns, old, new, sub)
         obj = copy.deepcopy(new)
         if sub == "status":
             keep = copy.deepcopy(old)
@@ -590,6 +598,8 @@ class FakeApiServer:
             return web.json_response({"kind": kind.kind + "List", "apiVersion": kind.gv,
                                       "metadata": {"resourceVersion": str(self.rv)},
                                       "items": items})
+        if sub == "scale" and kind.kind == "StatefulSet":
+            return await self._scale(request, kind, ns, name, user)
         if m == "GET":
             self._check("get", kind, ns, name, user=user)
             return web.json_response(self.get(kind, ns, name))
@@ -649,6 +659,35 @@ class FakeApiServer:
                                       "metadata": {"resourceVersion": str(self.rv)},
                                       "items": []})
         raise ApiError(405, "MethodNotAllowed", f"{m} is not supported on {rest}")
+
+    async def _scale(self, request: web.Request, kind: Kind, ns: str | None, name: str,
+                     user: str | None):
+        """The `scale` subresource: an autoscaling/v1 Scale whose status.selector is the
+        workload's selector as a string (kubernetes pkg/registry/apps/statefulset/storage
+        scaleFromStatefulSet); GET and merge-PATCH of spec.replicas."""
+        if request.method not in ("GET", "PATCH"):
+            raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported on scale")
+        verb = request.method.lower()
+        self._check(verb, kind, ns, name, "scale", user=user)
+        sts = self.get(kind, ns, name)
+        if verb == "patch":
+            body = await request.json()
+            replicas = ((body.get("spec") or {}).get("replicas"))
+            if not isinstance(replicas, int) or replicas < 0:
+                raise ApiError(422, "Invalid", f'Scale.autoscaling "{name}" is invalid: '
+                               "spec.replicas: Invalid value")
+            new = copy.deepcopy(sts)
+            new["spec"]["replicas"] = replicas
+            sts = self.update(kind, ns, name, new, None, check_rv=False)
+        sel = ((sts.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        meta = sts["metadata"]
+        return web.json_response({
+            "kind": "Scale", "apiVersion": "autoscaling/v1",
+            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                              "creationTimestamp") if k in meta},
+            "spec": {"replicas": sts["spec"].get("replicas", 1)},
+            "status": {"replicas": (sts.get("status") or {}).get("replicas", 0),
+                       "selector": ",".join(f"{k}={v}" for k, v in sorted(sel.items()))}})
 
     async def _watch(self, request: web.Request, kind: Kind, ns: str | None):
         q = request.query

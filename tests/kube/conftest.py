@@ -80,8 +80,11 @@ def notebook_client(apiserver):
 
 
 @pytest.fixture
-def sim(admin):
-    cluster = SimCluster(admin, NS, nodes={"gpu-l4-a": ("nvidia-l4", 1)}).start()
+def sim(admin, apiserver):
+    cluster = SimCluster(admin, NS, nodes={"gpu-l4-a": ("nvidia-l4", 1)})
+    # the add-on's Workspace webhook at admission, as on a real cluster
+    apiserver.call(cluster.admit_on, apiserver.server)
+    cluster.start()
     yield cluster
     cluster.stop()
     assert not cluster.errors, cluster.errors

@@ -30,12 +30,18 @@ Kubeflow Notebooks v2 and the GKE Workspaces add-on are played as the real contr
   last-checkpoint-name, to the pods of the Workspaces it manages; the add-on sets that condition
   True while the pod is active and False at once when a pause begins, and the kubelet keeps the pod
   out of Ready until it is True (`readiness`); its trigger follows `gkw_settle_s` (3 s) later;
-- a StatefulSet re-creates a Succeeded or Failed pod (stateful_set_control.go processReplica);
-- a ps-name that names no snapshot starts cold and is recorded in `pinned_missing`: GKE's own
-  handling of it is not documented.
-Not modelled: the add-on's Workspace webhook runs in the reconcile loop, not at admission (a test
-that needs the admission answer patches the test server, test_kubeflow_gke_workspaces.py), and
-the StatefulSet is named `ws-<name>` where Kubeflow uses generateName.
+- a StatefulSet claims pods by its selector (releases one that stops matching, adopts a matching
+  orphan) and re-creates a Succeeded or Failed pod (stateful_set_control.go processReplica);
+- a ps-name that names no snapshot is recorded in `pinned_missing`, and the pod starts cold or,
+  with `pinned_missing_outcome = "fail"`, fails: GKE's own handling of it is not documented.
+- the Workspace's StatefulSet is found by its label and, with `generate_names`, named as
+  upstream does (generateStatefulSet: GenerateName "ws-<name>-"); the add-on's trigger targets
+  `<statefulset>-0`; its one container is "main" (workspacePodTemplateContainerName).
+- the add-on's Workspace webhook answers a pause at admission on the test server (`admit_on`,
+  which the tier-1 fixture installs); against a real kube-apiserver (tier 2) it runs in the
+  reconcile loop instead, a moment after the pause was stored.
+Not modelled by default: `generate_names` is off because older tests name the pod `ws-<name>-0`
+before it exists.
 """
 
 from __future__ import annotations
@@ -182,8 +188,15 @@ class SimCluster:
         self.snapshots_created = 0
         self.restores: list[tuple[str, str]] = []  # (pod, snapshot) restored live
         self.pinned_missing: list[str] = []  # pods started with a ps-name of no Ready snapshot
+        # what such a pod does (GKE does not say): "cold" (starts without a restore) | "fail"
+        self.pinned_missing_outcome = "cold"
+        self.failed_creates: list[str] = []  # a StatefulSet's pod name held by a pod it lost
+        # Kubeflow names a Workspace's StatefulSet with generateName "ws-<name>-" (so its pod is
+        # ws-<name>-<5 random>-0); off, the fixed "ws-<name>" the older tests name pods by
+        self.generate_names = False
         self.gkw_settle_s = 3.0  # the add-on's wait between holding a pause and its trigger
         self._gkw_settle: dict[str, float] = {}
+        self._gkw_admitted: set[str] = set()  # paused answered at admission (admit_on)
         self.log: list[str] = []
         self.errors: list[str] = []
         self._lock = threading.Lock()
@@ -241,13 +254,17 @@ class SimCluster:
             if e.status != 404:
                 raise
 
-    def create_pod(self, body: dict) -> None:
+    def create_pod(self, body: dict) -> bool:
+        """Create a pod as the API server admits it (the add-on's webhook first); False when
+        its name is taken (409 AlreadyExists)."""
         body = self.gkw_pod_webhook(body)
         try:
             self.core.create_namespaced_pod(self.ns, body)
         except ApiException as e:
             if e.status != 409:
                 raise
+            return False
+        return True
 
     def delete_pod(self, name: str) -> None:
         try:
@@ -276,13 +293,9 @@ class SimCluster:
             if self.gkw_addon(ws):
                 continue
             paused = bool((ws.get("spec") or {}).get("paused"))
-            sts_name = f"ws-{name}"
             want = 0 if paused else 1
-            try:
-                sts = self._raw(self.apps.read_namespaced_stateful_set, sts_name, self.ns)
-            except ApiException as e:
-                if e.status != 404:
-                    raise
+            sts = self.workspace_statefulset(name)
+            if sts is None:
                 tmpl = copy.deepcopy(ws.get("metadata", {}).get("annotations", {}).get(
                     SIM + "pod-template") or "{}")
                 tmpl = json.loads(tmpl) if isinstance(tmpl, str) else tmpl
@@ -292,17 +305,22 @@ class SimCluster:
                                                 "resources": {"limits": {GPU: "1"}}}]}
                 # generateStatefulSet: the pod runs as the Workspace's own ServiceAccount
                 spec.setdefault("serviceAccountName", ws_service_account(name))
-                body = {"metadata": {"name": sts_name, "labels": {WS_LABEL: name},
+                # generateStatefulSet: GenerateName generateNamePrefix(name) = "ws-<name>-"
+                # (upstream); `generate_names` off: the fixed name "ws-<name>"
+                naming = ({"generateName": f"ws-{name}-"} if self.generate_names
+                          else {"name": f"ws-{name}"})
+                body = {"metadata": {**naming, "labels": {WS_LABEL: name},
                                      "ownerReferences": [{
                                          "apiVersion": f"{KF}/{KFV}", "kind": "Workspace",
                                          "name": name, "uid": ws["metadata"]["uid"],
                                          "controller": True}]},
-                        "spec": {"replicas": want, "serviceName": sts_name,
+                        "spec": {"replicas": want, "serviceName": f"ws-{name}",
                                  "selector": {"matchLabels": {WS_LABEL: name}},
                                  "template": {"metadata": {"labels": {WS_LABEL: name}},
                                               "spec": spec}}}
                 self.apps.create_namespaced_stateful_set(self.ns, body)
                 continue
+            sts_name = sts["metadata"]["name"]
             if (sts.get("spec") or {}).get("replicas") != want:
                 self.apps.patch_namespaced_stateful_set(sts_name, self.ns,
                                                         {"spec": {"replicas": want}})
@@ -330,7 +348,8 @@ class SimCluster:
             return False
         name, state = ws["metadata"]["name"], ann.get(GKW + "checkpoint-state")
         paused = bool((ws.get("spec") or {}).get("paused"))
-        running = any(p["metadata"]["name"] == f"ws-{name}-0" and
+        pod_name = self.workspace_pod_name(name)
+        running = any(p["metadata"]["name"] == pod_name and
                       (p.get("status") or {}).get("phase") == "Running" for p in self.pods())
 
         def patch(body: dict) -> None:
@@ -351,7 +370,7 @@ class SimCluster:
         except ApiException as e:
             if e.status != 409:
                 raise
-        pod = next((p for p in self.pods() if p["metadata"]["name"] == f"ws-{name}-0"), None)
+        pod = next((p for p in self.pods() if p["metadata"]["name"] == pod_name), None)
         if paused and running and state not in ("Checkpointing", "Ready"):
             # the webhook: hold the pod, start checkpointing, and take the pod out of the
             # Service at once (readiness condition active=False); the trigger comes after the
@@ -385,6 +404,13 @@ class SimCluster:
                                                 GKW + "last-checkpoint-name": None,
                                                 GKW + "checkpoint-started-at": None}}})
             return False
+        if state == "Checkpointing" and name in self._gkw_admitted:
+            # the Workspace webhook answered the pause at admission (admit_on): the reconciler
+            # takes the pod out of the Service and settles before the trigger
+            self._gkw_admitted.discard(name)
+            self._gkw_settle[name] = time.monotonic() + self.gkw_settle_s
+            self._set_active(pod, "False", "Checkpointing")
+            return True
         if state == "Checkpointing":
             due = self._gkw_settle.get(name)
             if due is not None:
@@ -396,7 +422,7 @@ class SimCluster:
                         G, V, self.ns, "podsnapshotmanualtriggers", {
                             "apiVersion": f"{G}/{V}", "kind": "PodSnapshotManualTrigger",
                             "metadata": {"name": f"ws-{name}-trigger"},
-                            "spec": {"targetPod": f"ws-{name}-0"}})
+                            "spec": {"targetPod": pod_name}})
                 except ApiException as e:
                     if e.status != 409:
                         raise
@@ -418,6 +444,50 @@ class SimCluster:
                 return False
             return True
         return False
+
+    def workspace_statefulset(self, workspace: str) -> dict | None:
+        """The Workspace's StatefulSet, found as the controller finds it: by its label, not by a
+        name (upstream names it with generateName)."""
+        items = self._raw(self.apps.list_namespaced_stateful_set, self.ns,
+                          label_selector=f"{WS_LABEL}={workspace}").get("items") or []
+        return items[0] if items else None
+
+    def workspace_pod_name(self, workspace: str) -> str | None:
+        """`<statefulset>-0`: the pod the add-on's trigger targets (spec.targetPod)."""
+        sts = self.workspace_statefulset(workspace)
+        return f"{sts['metadata']['name']}-0" if sts else None
+
+    def admit_on(self, server: Any) -> None:
+        """Tier 1: run the add-on's Workspace webhook (webhook.go mutateWorkspace, UPDATE) at
+        admission on the test server, as upstream does: a managed Workspace's paused
+        false->true while its pod runs is stored as paused=false with checkpoint-state
+        Checkpointing, so no client ever reads paused=true before the snapshot is Ready. A real
+        kube-apiserver would call the webhook over TLS; tier 2 keeps the reconcile-loop answer."""
+        wsk = server.kind_for(KF, KFV, "workspacekinds")
+        pods = server.kind_for("", "v1", "pods")
+
+        def mutate(kind: Any, ns: str | None, old: dict, new: dict, sub: str | None) -> dict:
+            if kind.plural != "workspaces" or sub is not None or ns != self.ns:
+                return new
+            ann = (new.get("metadata") or {}).get("annotations") or {}
+            if (old.get("spec") or {}).get("paused") or not (new.get("spec") or {}).get(
+                    "paused") or ann.get(GKW + "checkpoint-state") in ("Checkpointing", "Ready"):
+                return new  # only false->true, and not the add-on's own paused=true at Ready
+            name = new["metadata"]["name"]
+            running = any((p.get("metadata", {}).get("labels") or {}).get(WS_LABEL) == name and
+                          (p.get("status") or {}).get("phase") == "Running"
+                          for p in server.items(pods, ns, None, None))
+            if not running or not self.addon_manages(
+                    new, kind_of=lambda n: server.get(wsk, None, n)):
+                return new
+            new = copy.deepcopy(new)
+            new["spec"]["paused"] = False
+            new["metadata"]["annotations"] = {**ann, GKW + "checkpoint-state": "Checkpointing",
+                                              GKW + "checkpoint-started-at": now_iso()}
+            self._gkw_admitted.add(name)
+            return new
+
+        server.on_update.append(mutate)
 
     def _set_active(self, pod: dict | None, status: str, reason: str) -> None:
         """The add-on's pod readiness condition (snapshot.go ReadinessGateConditionType)."""
@@ -447,8 +517,9 @@ class SimCluster:
                 self.patch_pod_status(p["metadata"]["name"], {"conditions": set_cond(
                     st.get("conditions") or [], mkcond("Ready", want, reason))})
 
-    def addon_manages(self, ws: dict) -> bool:
-        """The add-on's snapshotEnabled (cache.go), the kind read live as its cache would."""
+    def addon_manages(self, ws: dict, kind_of: Any = None) -> bool:
+        """The add-on's snapshotEnabled (cache.go), the kind read live as its cache would
+        (`kind_of(name)`: how to read it; default the API)."""
         ann = ws["metadata"].get("annotations") or {}
 
         def opted(a: dict) -> bool:
@@ -461,8 +532,9 @@ class SimCluster:
         if not kind_name:
             return False
         try:
-            kind = self.custom.get_cluster_custom_object(KF, KFV, "workspacekinds", kind_name)
-        except ApiException:
+            kind = (kind_of or (lambda n: self.custom.get_cluster_custom_object(
+                KF, KFV, "workspacekinds", n)))(kind_name)
+        except Exception:  # noqa: BLE001 (ApiException, or the test server's ApiError)
             return opted(ann)  # the kind unreadable: the Workspace's own annotation
         pc = ((ws.get("spec") or {}).get("podTemplate") or {}).get("options", {}).get("podConfig")
         values = ((kind.get("spec") or {}).get("podTemplate") or {}).get("options", {}).get(
@@ -503,22 +575,47 @@ class SimCluster:
         return body
 
     def statefulset_controller(self) -> None:
+        """kubernetes pkg/controller/statefulset (one replica, ordinal 0): the pods it claims
+        (ClaimPods, pkg/controller/controller_ref_manager.go: an owned pod that no longer matches
+        the selector is released, its ownerReference removed; a matching orphan is adopted),
+        then stateful_set_control.go: create `<name>-0` when missing (AlreadyExists when a pod
+        it does not claim holds the name: recorded in `failed_creates`), delete it when scaled
+        to 0, and delete a Succeeded or Failed one to re-create it (RecreatingTerminatedPod)."""
         for sts in self._raw(self.apps.list_namespaced_stateful_set, self.ns).get("items") or []:
-            name = sts["metadata"]["name"]
+            name, uid = sts["metadata"]["name"], sts["metadata"]["uid"]
             pod_name = f"{name}-0"
             replicas = (sts.get("spec") or {}).get("replicas", 1)
-            existing = [p for p in self.pods() if p["metadata"]["name"] == pod_name]
+            sel = (sts.get("spec") or {}).get("selector") or {}
+            claimed = []
+            for p in self.pods():
+                meta = p["metadata"]
+                owner = next((r for r in meta.get("ownerReferences") or []
+                              if r.get("controller")), None)
+                matches = selector_match(sel, meta.get("labels") or {})
+                if owner is not None and owner.get("uid") == uid:
+                    if matches:
+                        claimed.append(p)
+                    elif not meta.get("deletionTimestamp"):
+                        self.core.patch_namespaced_pod(meta["name"], self.ns, {"metadata": {
+                            "ownerReferences": None}})
+                        self.log.append(f"sts released {meta['name']}")
+                elif owner is None and matches and not meta.get("deletionTimestamp"):
+                    self.core.patch_namespaced_pod(meta["name"], self.ns, {"metadata": {
+                        "ownerReferences": [self._sts_ref(sts)]}})
+                    self.log.append(f"sts adopted {meta['name']}")
+                    claimed.append(p)
+            existing = [p for p in claimed if p["metadata"]["name"] == pod_name]
             if replicas >= 1 and not existing:
                 tmpl = copy.deepcopy(sts["spec"]["template"])
                 meta = tmpl.get("metadata") or {}
                 meta["name"] = pod_name
                 meta.setdefault("labels", {})["statefulset.kubernetes.io/pod-name"] = pod_name
-                meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet",
-                                            "name": name, "uid": sts["metadata"]["uid"],
-                                            "controller": True}]
+                meta["ownerReferences"] = [self._sts_ref(sts)]
                 tmpl["metadata"] = meta
-                self.create_pod({"apiVersion": "v1", "kind": "Pod", **tmpl})
-                self.log.append(f"sts created {pod_name}")
+                if self.create_pod({"apiVersion": "v1", "kind": "Pod", **tmpl}):
+                    self.log.append(f"sts created {pod_name}")
+                elif pod_name not in self.failed_creates:
+                    self.failed_creates.append(pod_name)
             elif replicas == 0 and existing:
                 self.delete_pod(pod_name)
                 self.log.append(f"sts deleted {pod_name}")
@@ -529,6 +626,11 @@ class SimCluster:
                 # and re-created (RecreatingTerminatedPod), whatever stopped it
                 self.delete_pod(pod_name)
                 self.log.append(f"sts re-creating terminated {pod_name}")
+
+    @staticmethod
+    def _sts_ref(sts: dict) -> dict:
+        return {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": sts["metadata"]["name"],
+                "uid": sts["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
 
     def scheduler(self, pods: list[dict]) -> None:
         used: dict[str, int] = {}
@@ -615,6 +717,15 @@ class SimCluster:
                 continue  # reported already; the kubelet keeps backing off
             conds = st.get("conditions") or []
             snap = self.snapshot_for(p)
+            if snap is None and name in self.pinned_missing and PS_NAME in (
+                    meta.get("annotations") or {}) and self.pinned_missing_outcome == "fail":
+                # one reading of GKE's undocumented answer to a ps-name of no snapshot: the
+                # sandbox cannot be restored and the pod fails (the text is ours)
+                self.patch_pod_status(name, {
+                    "phase": "Failed", "reason": "RestoreFailed",
+                    "message": f"pod snapshot {meta['annotations'][PS_NAME]} not found"})
+                self.log.append(f"{name} failed: pinned snapshot missing")
+                continue
             if self.image_pull_fails:
                 self._container_waiting(p, conds, "ImagePullBackOff",
                                         f'Back-off pulling image "{_image(p)}"', None)

@@ -105,7 +105,7 @@ def test_cli_snapshots_cleans_in_order_and_respects_retention(tmp_path, apiserve
                      "--kubeconfig", kc]) == 0
     text = capsys.readouterr().out
     deleted = text.splitlines()[0].removeprefix("deleted: ").split(", ")
-    assert deleted == [out["snapshot"], out["trigger"], "jp-nb"]  # snapshots, trigger, policy
+    assert deleted == [out.snapshot, out.trigger, "jp-nb"]  # snapshots, trigger, policy
     assert "left: nothing" in text
     reqs = [r for r in apiserver.call(lambda: list(apiserver.server.requests))
             if r[0] == "delete"]
@@ -174,29 +174,47 @@ async def test_doctor_workspace_pod_reviews_the_kind_read_and_points_to_the_work
         assert ("delete" in snaps.detail) is (backend_name == "gke"), snaps
 
 
-async def test_doctor_warns_that_a_statefulset_pod_with_a_pvc_keeps_its_accelerator(
+async def test_doctor_checks_how_a_statefulset_pod_with_a_pvc_frees_its_accelerator(
         apiserver, admin, sim):
     """notebook-statefulset.yaml mounts its home from a volumeClaimTemplate, so a pause uses
     postCheckpoint: stop (GKE's rule for PVCs) and GKE leaves the pod Succeeded; the StatefulSet
     controller deletes a Succeeded pod and creates it again (kubernetes stateful_set_control.go
     processReplica: `isFailed(replicas[i]) || isSucceeded(replicas[i])`), and GKE restores the
-    new pod at once. Doctor says so before the first pause; a bare pod with a PVC stays stopped."""
-    from .test_gke_pvc import with_pvc
+    new pod at once. The pause takes the pod out of its StatefulSet first (statefulset.py):
+    doctor reviews the named Role that needs, and warns when stop_via = "policy" leaves the pod
+    in; a bare pod with a PVC stays stopped by itself."""
+    from jupyter_pause.cluster.kube import api_client_for
+    from jupyter_pause.cluster.permissions import (
+        NOTEBOOK_CLUSTER_PERMISSIONS,
+        NOTEBOOK_PERMISSIONS,
+        STATEFULSET_PERMISSIONS,
+        union,
+    )
 
-    tmpl = with_pvc(notebook_pod("x", labels={"app": "nb", "jupyter-pause.io/workspace": "nb"}))
-    sim.apps.create_namespaced_stateful_set(NS, {
-        "metadata": {"name": "nb"},
-        "spec": {"replicas": 1, "serviceName": "nb", "selector": {"matchLabels": {"app": "nb"}},
-                 "template": {"metadata": {"labels": tmpl["metadata"]["labels"]},
-                              "spec": tmpl["spec"]}}})
-    sim.wait(lambda: any(p["metadata"]["name"] == "nb-0" and p["status"].get("phase") ==
-                         "Running" for p in sim.pods()), what="nb-0 running")
+    from .test_gke_pvc import pvc_statefulset, with_pvc
+
+    await asyncio.to_thread(pvc_statefulset, sim)
     sim.create_pod(with_pvc(notebook_pod("bare")))  # Pending: one GPU node; doctor reads it
-    checks = {c.name: c for c in await run_checks(Kube(admin), pod_name="nb-0", namespace=NS,
-                                                  config=Config())}
-    c = checks["accelerator release"]
-    assert c.status == "warn" and "StatefulSet nb re-creates this pod" in c.detail
-    assert "kubectl scale statefulset/nb --replicas=0" in c.fix
+
+    async def release(api, config: Config):
+        checks = {c.name: c for c in await run_checks(Kube(api), pod_name="nb-0", namespace=NS,
+                                                      config=config)}
+        return checks["accelerator release"]
+
+    c = await release(admin, Config())
+    assert c.status == "ok" and "out of StatefulSet nb and scales it to 0" in c.detail, c
+    c = await release(admin, Config({"GKEBackend": {"stop_via": "policy"}}))
+    assert c.status == "warn" and "StatefulSet nb re-creates this pod" in c.detail, c
+    srv = apiserver.server
+    apiserver.call(setattr, srv, "user", "system:admin")
+    sa = f"system:serviceaccount:{NS}:jupyter"
+    apiserver.call(srv.grant, sa, "old", union(NOTEBOOK_PERMISSIONS, NOTEBOOK_CLUSTER_PERMISSIONS))
+    c = await release(api_client_for(apiserver.url, token="old"), Config())
+    assert c.status == "missing" and "notebook-statefulset.yaml" in c.fix, c
+    assert "patch statefulsets/scale nb" in c.detail and "patch pods nb-0" in c.detail, c
+    apiserver.call(srv.grant, sa, "new", union(NOTEBOOK_PERMISSIONS, NOTEBOOK_CLUSTER_PERMISSIONS,
+                                               STATEFULSET_PERMISSIONS))
+    assert (await release(api_client_for(apiserver.url, token="new"), Config())).status == "ok"
     checks = await run_checks(Kube(admin), pod_name="bare", namespace=NS, config=Config())
     assert "accelerator release" not in {c.name for c in checks}
 

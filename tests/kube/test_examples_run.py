@@ -73,7 +73,7 @@ def argv(container: dict, entrypoint: list[str], cmd: list[str]) -> list[str]:
 
 
 def test_statefulset_listens_everywhere_runs_tini_and_gets_its_grace(tmp_path):
-    (sts,) = docs("notebook-statefulset.yaml")
+    (sts,) = [d for d in docs("notebook-statefulset.yaml") if d["kind"] == "StatefulSet"]
     (cm,) = docs("jupyter-server-config.yaml")
     spec = sts["spec"]["template"]["spec"]
     (container,) = spec["containers"]

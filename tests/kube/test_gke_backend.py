@@ -61,7 +61,7 @@ async def test_snapshot_ok_then_release_statefulset(apiserver, notebook_client, 
     b = backend(notebook_client, "nb-0", gpu_model="nvidia-l4")
     ctx = pause_ctx(recorder)
     out = await b.snapshot(ctx)
-    assert out["snapshot"] and out["stop_via"] == "statefulset"
+    assert out.snapshot and out.stop_via == "statefulset"
     assert any("Ready" in m or "AwaitingCheckpoint" in m for m in recorder.messages)
     policy = objects(apiserver, "podsnapshotpolicies")[0]
     assert policy["spec"]["triggerConfig"] == {"type": "manual", "postCheckpoint": "resume"}
@@ -70,10 +70,10 @@ async def test_snapshot_ok_then_release_statefulset(apiserver, notebook_client, 
     trig = objects(apiserver, "podsnapshotmanualtriggers")[0]
     assert trig["spec"] == {"targetPod": "nb-0"} and len(trig["metadata"]["name"]) <= 63
     snap = objects(apiserver, "podsnapshots")[0]
-    assert snap["metadata"]["name"] == out["snapshot"]
+    assert snap["metadata"]["name"] == out.snapshot
     # release only after Ready: the pod goes away through its StatefulSet
     rel = await b.release(ctx)
-    assert rel == {"released": True, "stopped_via": "statefulset", "owner": "nb"}
+    assert rel.to_dict() == {"released": True, "stopped_via": "statefulset", "owner": "nb"}
     sim.wait(lambda: not any(p["metadata"]["name"] == "nb-0" for p in sim.pods()),
              what="nb-0 stopped")
 
@@ -148,7 +148,7 @@ async def test_existing_trigger_is_joined_not_duplicated(apiserver, notebook_cli
     await asyncio.sleep(0.3)
     sim.trigger_outcome = "complete"
     r1, r2 = await asyncio.gather(t1, t2)
-    assert r1["snapshot"] == r2["snapshot"] and r1["trigger"] == r2["trigger"]
+    assert r1.snapshot == r2.snapshot and r1.trigger == r2.trigger
     assert len(objects(apiserver, "podsnapshotmanualtriggers")) == 1
     assert sim.snapshots_created == 1
 
@@ -162,7 +162,7 @@ async def test_watch_dropped_and_410_resumed(apiserver, notebook_client, sim, re
     await asyncio.to_thread(sim.wait, lambda: objects(apiserver, "podsnapshots"), what="snap")
     apiserver.call(apiserver.server.expire_watches)  # history compacted: 410 Gone
     out = await task
-    assert out["snapshot"]
+    assert out.snapshot
     reqs = apiserver.call(lambda: list(apiserver.server.requests))
     assert reqs.count(("list", "podsnapshots")) >= 2  # re-listed after the 410
 
@@ -171,12 +171,12 @@ async def test_policy_stop_for_bare_pod_and_gc(apiserver, notebook_client, sim, 
     start_pod(sim, notebook_pod("nb"))
     b = backend(notebook_client, "nb", keep_snapshots=1)
     out1 = await b.snapshot(pause_ctx(recorder))
-    assert out1["stop_via"] == "policy"
+    assert out1.stop_via == "policy"
     pol = objects(apiserver, "podsnapshotpolicies")[0]
     assert pol["spec"]["triggerConfig"]["postCheckpoint"] == "stop"
     sim.wait(lambda: any(p["status"].get("phase") == "Succeeded" for p in sim.pods()),
              what="pod Completed")
-    assert (await b.release(pause_ctx(recorder)))["stopped_via"] == "policy"
+    assert (await b.release(pause_ctx(recorder))).stopped_via == "policy"
     # Two more snapshots of the same workspace (new pods), then gc keeps the newest one.
     for i in range(2):
         await asyncio.to_thread(sim.delete_pod, "nb")
@@ -217,7 +217,7 @@ async def test_woke_up_in_restored_pod_does_not_stop_it(apiserver, notebook_clie
         p["metadata"]["name"] == "nb-0" and p["status"].get("phase") == "Running"
         for p in sim.pods()), 10, "nb-0 back")
     rel = await b.release(pause_ctx(recorder))
-    assert rel["released"] is False and rel["woke_up"] is True
+    assert rel.released is False and rel.woke_up is True
     sts = sim.apps.read_namespaced_stateful_set("nb", NS)
     assert sts.spec.replicas == 1
 
@@ -231,27 +231,30 @@ async def test_restored_live_reasons(apiserver, notebook_client, admin, sim, rec
     await asyncio.to_thread(sim.delete_pod, "nb")
     await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 5, "gone")
     # live restore
-    start_pod(sim, notebook_pod("nb", annotations={"podsnapshot.gke.io/ps-name": out["snapshot"]}))
+    start_pod(sim, notebook_pod("nb", annotations={"podsnapshot.gke.io/ps-name": out.snapshot}))
     b_new = backend(notebook_client, "nb", gpu_model="nvidia-l4")
-    assert await b_new.restored_live(resume_ctx(recorder)) is True
-    assert out["snapshot"] in b_new.restore_reason
+    verdict = await b_new.restored_live(resume_ctx(recorder))
+    assert verdict.live is True, verdict
+    assert out.snapshot in verdict.reason
     # cold start on another GPU model: no PodRestored; the reason comes from the trigger record
     await kube.delete(PODS, "nb", NS)
     await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 5, "gone")
     sim.nodes = {"gpu-t4-a": ("nvidia-tesla-t4", 1)}
-    start_pod(sim, notebook_pod("nb", annotations={"podsnapshot.gke.io/ps-name": out["snapshot"]}))
+    start_pod(sim, notebook_pod("nb", annotations={"podsnapshot.gke.io/ps-name": out.snapshot}))
     b_t4 = backend(notebook_client, "nb", gpu_model="nvidia-tesla-t4")
-    assert await b_t4.restored_live(resume_ctx(recorder)) is False
-    assert b_t4.restore_reason.startswith("pod was cold-started: snapshot for another GPU model")
+    verdict = await b_t4.restored_live(resume_ctx(recorder))
+    assert verdict.live is False, verdict
+    assert verdict.reason.startswith("pod was cold-started: snapshot for another GPU model")
     # a failed restore reports GKE's reason
     await kube.delete(PODS, "nb", NS)
     await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 5, "gone")
     sim.restore_mode = "fail"
     sim.nodes = {"gpu-l4-a": ("nvidia-l4", 1)}
-    start_pod(sim, notebook_pod("nb", annotations={"podsnapshot.gke.io/ps-name": out["snapshot"]}))
+    start_pod(sim, notebook_pod("nb", annotations={"podsnapshot.gke.io/ps-name": out.snapshot}))
     b_f = backend(notebook_client, "nb", gpu_model="nvidia-l4")
-    assert await b_f.restored_live(resume_ctx(recorder)) is False
-    assert "RestoreFailed" in b_f.restore_reason
+    verdict = await b_f.restored_live(resume_ctx(recorder))
+    assert verdict.live is False, verdict
+    assert "RestoreFailed" in verdict.reason
     assert len(await kube.list(SNAPSHOTS, NS)) and (await kube.list(TRIGGERS, NS))["items"]
 
 
@@ -270,9 +273,10 @@ async def test_podrestored_after_ready_is_waited_for(apiserver, notebook_client,
     await asyncio.to_thread(sim.delete_pod, "nb")
     await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 5, "gone")
     sim.restored_delay = 1.0
-    start_pod(sim, notebook_pod("nb", annotations={"podsnapshot.gke.io/ps-name": out["snapshot"]}))
+    start_pod(sim, notebook_pod("nb", annotations={"podsnapshot.gke.io/ps-name": out.snapshot}))
     b = backend(notebook_client, "nb", gpu_model="nvidia-l4", restored_condition_wait=10)
-    assert await b.restored_live(resume_ctx(recorder)) is True
+    verdict = await b.restored_live(resume_ctx(recorder))
+    assert verdict.live is True, verdict
     # without waiting, the same pod would have looked cold-started
     assert sim.restores
 
@@ -311,7 +315,7 @@ async def test_stop_mode_policy_path_stops_through_statefulset(apiserver, notebo
                          for p in sim.pods()), what="nb-0 running")
     b = backend(notebook_client, "nb-0", stop_via="policy")
     rel = await b.release(stop_ctx(recorder))
-    assert rel == {"released": True, "stopped_via": "statefulset", "owner": "nb"}
+    assert rel.to_dict() == {"released": True, "stopped_via": "statefulset", "owner": "nb"}
     await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 10, "nb-0 stopped")
     assert sim.apps.read_namespaced_stateful_set("nb", NS).spec.replicas == 0
     assert not objects(apiserver, "podsnapshotmanualtriggers")
@@ -327,7 +331,7 @@ async def test_stop_mode_policy_path_pauses_the_workspace(apiserver, notebook_cl
              what="ws-ws1-0 running")
     b = backend(notebook_client, "ws-ws1-0", stop_via="policy")
     rel = await b.release(stop_ctx(recorder))
-    assert rel == {"released": True, "stopped_via": "workspace", "owner": "ws1"}
+    assert rel.to_dict() == {"released": True, "stopped_via": "workspace", "owner": "ws1"}
     await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 10, "workspace pod stopped")
     ws = sim.custom.get_namespaced_custom_object("kubeflow.org", "v1beta1", NS, "workspaces",
                                                  "ws1")

@@ -14,11 +14,19 @@ import asyncio
 import json
 
 import pytest
+from traitlets.config import Config
 
 from jupyter_pause.cluster.base import BackendError
+from jupyter_pause.cluster.doctor import run_checks
 from jupyter_pause.cluster.gke import GKEBackend
-from jupyter_pause.cluster.kube import Kube
+from jupyter_pause.cluster.kube import Kube, api_client_for
+from jupyter_pause.cluster.permissions import (
+    NOTEBOOK_CLUSTER_PERMISSIONS,
+    NOTEBOOK_PERMISSIONS,
+    union,
+)
 from jupyter_pause.cluster.resume import resume_workspace
+from jupyter_pause.cluster.statefulset import DETACHED_ANNOTATION
 
 from .conftest import NS, gke_server_config, notebook_pod, pause_ctx
 from .test_e2e_server import _run
@@ -34,30 +42,134 @@ def with_pvc(pod: dict) -> dict:
     return pod
 
 
-async def test_statefulset_pod_with_pvc_is_snapshotted_with_stop(apiserver, notebook_client, sim,
-                                                                  recorder):
-    """Before: a StatefulSet pod got `postCheckpoint: resume` and was then scaled down, so the
-    server's shutdown wrote to the home volume after the snapshot."""
-    pod = with_pvc(notebook_pod("x", labels={"app": "nb"}))
+def pvc_statefulset(sim, name: str = "nb") -> str:
+    """notebook-statefulset.yaml's shape: selected by `app`, the workspace label beside it."""
+    pod = with_pvc(notebook_pod("x", labels={"app": name, "jupyter-pause.io/workspace": name}))
     sim.apps.create_namespaced_stateful_set(NS, {
-        "metadata": {"name": "nb"},
-        "spec": {"replicas": 1, "serviceName": "nb", "selector": {"matchLabels": {"app": "nb"}},
-                 "template": {"metadata": {"labels": {"app": "nb"}}, "spec": pod["spec"]}}})
-    await asyncio.to_thread(sim.wait, lambda: any(
-        p["metadata"]["name"] == "nb-0" and p["status"].get("phase") == "Running"
-        for p in sim.pods()), 10, "nb-0 running")
-    b = GKEBackend(api_client=notebook_client, pod_name="nb-0", namespace=NS,
+        "metadata": {"name": name},
+        "spec": {"replicas": 1, "serviceName": name,
+                 "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": pod["metadata"]["labels"]},
+                              "spec": pod["spec"]}}})
+    sim.wait(lambda: any(p["metadata"]["name"] == f"{name}-0" and
+                         p["status"].get("phase") == "Running" for p in sim.pods()),
+             what=f"{name}-0 running")
+    return f"{name}-0"
+
+
+def phase_of(sim, name: str) -> str | None:
+    return next((p["status"].get("phase") for p in sim.pods() if p["metadata"]["name"] == name),
+                None)
+
+
+def unschedulable(sim, name: str) -> bool:
+    return any(p["metadata"]["name"] == name and any(
+        c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
+        for c in p["status"].get("conditions") or []) for p in sim.pods())
+
+
+async def test_statefulset_pod_with_pvc_leaves_its_statefulset_and_frees_the_gpu(
+        apiserver, notebook_client, admin, sim, recorder):
+    """GKE stops a pod with a PVC itself (postCheckpoint: stop) and the StatefulSet controller
+    re-creates a Succeeded pod at once (stateful_set_control.go), which GKE restores: the pause
+    takes the pod out of its StatefulSet and scales that to 0 before the trigger. The proof is a
+    second GPU pod that gets the cluster's one GPU; then the resume brings the workspace back."""
+    pod = await asyncio.to_thread(pvc_statefulset, sim)
+    b = GKEBackend(api_client=notebook_client, pod_name=pod, namespace=NS,
                    gpu_model="nvidia-l4", trigger_timeout=10, snapshot_timeout=10)
-    out = await b.snapshot(pause_ctx(recorder))
-    assert out["stop_via"] == "policy" and out["hold_writes"] is True
+    ctx = pause_ctx(recorder)
+    out = await b.snapshot(ctx)
+    assert out.stop_via == "statefulset" and out.hold_writes is True
     (policy,) = objects(apiserver, "podsnapshotpolicies")
     assert policy["spec"]["triggerConfig"] == {"type": "manual", "postCheckpoint": "stop"}
-    await asyncio.to_thread(sim.wait, lambda: any(
-        p["status"].get("phase") == "Succeeded" for p in sim.pods()), 10, "pod Completed by GKE")
-    # GKE stopped it; the process does not scale its StatefulSet (it would not run any more).
-    assert (await b.release(pause_ctx(recorder)))["stopped_via"] == "policy"
+    await asyncio.to_thread(sim.wait, lambda: phase_of(sim, pod) == "Succeeded", 10,
+                            "pod Completed by GKE")
+    rel = await b.release(ctx)
+    assert (rel.released, rel.stopped_via, rel.owner) == (True, "statefulset", "nb")
     sts = sim._raw(sim.apps.read_namespaced_stateful_set, "nb", NS)
-    assert sts["spec"]["replicas"] == 1
+    assert sts["spec"]["replicas"] == 0
+    # the GPU is free: another workspace's pod is scheduled on the cluster's only GPU node
+    await asyncio.to_thread(sim.create_pod, notebook_pod("other"))
+    await asyncio.to_thread(sim.wait, lambda: phase_of(sim, "other") == "Running", 10,
+                            "the other pod running")
+    (stopped,) = [p for p in sim.pods() if p["metadata"]["name"] == pod]
+    assert stopped["status"]["phase"] == "Succeeded" and sim.restores == []
+    assert not stopped["metadata"].get("ownerReferences")
+    assert "app" not in stopped["metadata"]["labels"]
+    assert stopped["metadata"]["labels"]["jupyter-pause.io/workspace"] == "nb"
+    assert stopped["metadata"]["uid"] == b.pod.paused_as["uid"]  # never re-created
+    sim.delete_pod("other")
+    await asyncio.to_thread(sim.wait, lambda: phase_of(sim, "other") is None, 10, "other gone")
+    snap = out.snapshot
+    res = await resume_workspace(Kube(admin), NS, "nb", poll=0.05, timeout=30,
+                                 restored_condition_wait=1)
+    assert res["state"] == "restored_live", res
+    assert sim.restores == [(pod, snap)]
+    (back,) = [p for p in sim.pods() if p["metadata"]["name"] == pod]
+    assert back["metadata"]["labels"]["app"] == "nb"
+    assert [r["name"] for r in back["metadata"]["ownerReferences"]] == ["nb"]
+
+
+async def test_the_old_way_restores_the_pod_at_once_and_keeps_the_gpu(
+        apiserver, notebook_client, admin, sim, recorder):
+    """stop_via = "policy" leaves the pod in its StatefulSet: GKE stops it, the StatefulSet
+    re-creates it, GKE restores it, and the GPU stays taken. Doctor warns about it."""
+    pod = await asyncio.to_thread(pvc_statefulset, sim)
+    b = GKEBackend(api_client=notebook_client, pod_name=pod, namespace=NS, stop_via="policy",
+                   gpu_model="nvidia-l4", trigger_timeout=10, snapshot_timeout=10)
+    out = await b.snapshot(pause_ctx(recorder))
+    assert out.stop_via == "policy"
+    await asyncio.to_thread(sim.wait, lambda: sim.restores, 10, "the re-created pod restored")
+    assert sim._raw(sim.apps.read_namespaced_stateful_set, "nb", NS)["spec"]["replicas"] == 1
+    await asyncio.to_thread(sim.create_pod, notebook_pod("other"))
+    await asyncio.to_thread(sim.wait, lambda: unschedulable(sim, "other"), 10,
+                            "the other pod waiting for the GPU")
+    checks = {c.name: c for c in await run_checks(
+        Kube(admin), pod_name=pod, namespace=NS,
+        config=Config({"GKEBackend": {"stop_via": "policy"}}))}
+    c = checks["accelerator release"]
+    assert c.status == "warn" and "StatefulSet nb re-creates this pod" in c.detail, c
+    assert "stop_via at 'auto'" in c.fix
+
+
+async def test_a_failed_snapshot_puts_the_pod_back_into_its_statefulset(
+        apiserver, notebook_client, sim, recorder):
+    pod = await asyncio.to_thread(pvc_statefulset, sim)
+    uid = next(p["metadata"]["uid"] for p in sim.pods() if p["metadata"]["name"] == pod)
+    sim.trigger_outcome = "failed"
+    b = GKEBackend(api_client=notebook_client, pod_name=pod, namespace=NS,
+                   gpu_model="nvidia-l4", trigger_timeout=10, snapshot_timeout=10,
+                   discard_wait=2)
+    with pytest.raises(BackendError):
+        await b.snapshot(pause_ctx(recorder))
+    assert sim._raw(sim.apps.read_namespaced_stateful_set, "nb", NS)["spec"]["replicas"] == 1
+
+    def adopted() -> dict | None:
+        return next((p for p in sim.pods() if p["metadata"]["name"] == pod and
+                     p["metadata"].get("ownerReferences")), None)
+
+    back = await asyncio.to_thread(sim.wait, adopted, 10, "the pod adopted again")
+    assert back["metadata"]["uid"] == uid and back["status"]["phase"] == "Running"
+    assert back["metadata"]["labels"]["app"] == "nb"
+    assert DETACHED_ANNOTATION not in (back["metadata"].get("annotations") or {})
+
+
+async def test_without_the_statefulsets_role_the_pause_stops_before_the_trigger(
+        apiserver, sim, recorder):
+    """An rbac.yaml without notebook-statefulset.yaml's Role: the pause says what to grant and
+    takes no snapshot that would leave the GPU in use."""
+    srv = apiserver.server
+    apiserver.call(setattr, srv, "user", "system:admin")
+    apiserver.call(srv.grant, "system:serviceaccount:user-ns:jupyter", "nb-token",
+                   union(NOTEBOOK_PERMISSIONS, NOTEBOOK_CLUSTER_PERMISSIONS))
+    pod = await asyncio.to_thread(pvc_statefulset, sim)
+    b = GKEBackend(api_client=api_client_for(apiserver.url, token="nb-token"), pod_name=pod,
+                   namespace=NS, gpu_model="nvidia-l4", trigger_timeout=10, snapshot_timeout=10)
+    with pytest.raises(BackendError) as e:
+        await b.snapshot(pause_ctx(recorder))
+    assert e.value.reason == "rbac" and "notebook-statefulset.yaml" in e.value.hint
+    assert objects(apiserver, "podsnapshotmanualtriggers") == []
+    assert phase_of(sim, pod) == "Running"
 
 
 async def test_existing_resume_policy_is_refused_for_a_pvc_pod(apiserver, notebook_client, sim,

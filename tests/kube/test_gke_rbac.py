@@ -15,6 +15,8 @@ from jupyter_pause.cluster.permissions import (
     NOTEBOOK_CLUSTER_PERMISSIONS,
     NOTEBOOK_PERMISSIONS,
     RESUMER_PERMISSIONS,
+    STATEFULSET_PERMISSIONS,
+    union,
 )
 from jupyter_pause.cluster.resume import resume_workspace
 
@@ -30,7 +32,8 @@ def identities(apiserver):
     # Callers without a token (the simulated cluster's controllers) act as the cluster admin.
     apiserver.call(setattr, srv, "user", "system:admin")
     apiserver.call(srv.grant, NOTEBOOK_SA, "nb-token",
-                   {**NOTEBOOK_PERMISSIONS, **NOTEBOOK_CLUSTER_PERMISSIONS})
+                   union(NOTEBOOK_PERMISSIONS, NOTEBOOK_CLUSTER_PERMISSIONS,
+                         STATEFULSET_PERMISSIONS))
     apiserver.call(srv.grant, "resumer@example.com", "resumer-token", RESUMER_PERMISSIONS)
     return (api_client_for(apiserver.url, token="nb-token"),
             api_client_for(apiserver.url, token="resumer-token"))
@@ -44,15 +47,16 @@ async def test_pause_and_crash_fallback_with_the_shipped_roles(identities, sim, 
     ctx = pause_ctx(recorder)
     assert (await b.describe())["can_pause"] is True
     snap = await b.snapshot(ctx)
-    assert (await b.release(ctx))["stopped_via"] == "statefulset"
+    assert (await b.release(ctx)).stopped_via == "statefulset"
     await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 10, "pod stopped")
     sim.restore_mode = "crash"
     # The resumer drops the crashing snapshot (podsnapshots delete) and restarts the pod.
     out = await resume_workspace(Kube(resumer), NS, "nb", poll=0.05, timeout=20,
                                  restored_condition_wait=0.3, discard_wait=5)
     assert out["state"] == "cold_started", out
-    assert await b.restored_live(resume_ctx(recorder)) is False
-    assert snap["snapshot"]
+    verdict = await b.restored_live(resume_ctx(recorder))
+    assert verdict.live is False, verdict
+    assert snap.snapshot
 
 
 @pytest.mark.parametrize("events", [True, False])
@@ -64,7 +68,7 @@ async def test_gkes_cold_start_warning_is_readable_with_the_shipped_role(
     (an older rbac.yaml) gets 403 and still gets a verdict, from its own records."""
     srv = apiserver.server
     apiserver.call(setattr, srv, "user", "system:admin")
-    perms = {**NOTEBOOK_PERMISSIONS, **NOTEBOOK_CLUSTER_PERMISSIONS}
+    perms = union(NOTEBOOK_PERMISSIONS, NOTEBOOK_CLUSTER_PERMISSIONS, STATEFULSET_PERMISSIONS)
     if not events:
         perms.pop(("", "events"), None)
     apiserver.call(srv.grant, NOTEBOOK_SA, "nb-token", perms)
@@ -82,9 +86,10 @@ async def test_gkes_cold_start_warning_is_readable_with_the_shipped_role(
     out = await resume_workspace(Kube(resumer), NS, "nb", poll=0.05, timeout=20,
                                  restored_condition_wait=0.3)
     assert out["state"] == "cold_started", out
-    assert await b.restored_live(resume_ctx(recorder)) is False
-    assert b.restore_reason.startswith("pod was cold-started")
-    assert ("falling back to a cold start" in b.restore_reason) is events, b.restore_reason
+    verdict = await b.restored_live(resume_ctx(recorder))
+    assert verdict.live is False, verdict
+    assert verdict.reason.startswith("pod was cold-started")
+    assert ("falling back to a cold start" in verdict.reason) is events, verdict.reason
 
 
 async def test_each_identity_is_refused_what_its_role_lacks(identities, apiserver, sim):

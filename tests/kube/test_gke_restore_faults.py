@@ -57,7 +57,7 @@ async def pause_statefulset(client, sim, recorder, pod: str) -> dict:
     b = backend(client, pod, gpu_model="nvidia-l4")
     ctx = pause_ctx(recorder)
     snap = await b.snapshot(ctx)
-    assert (await b.release(ctx))["stopped_via"] == "statefulset"
+    assert (await b.release(ctx)).stopped_via == "statefulset"
     await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 10, "pod stopped")
     return snap
 
@@ -126,7 +126,7 @@ async def test_crashing_restore_falls_back_to_a_cold_start(apiserver, admin, not
     assert "CrashLoopBackOff" in out["reason"] and "CompleteRestore" in out["reason"]
     assert any(u["state"] == "restore_crashed" for u in updates)
     # GKE would pick the crashing snapshot again: it is gone, and the new pod runs without it.
-    assert snap["snapshot"] not in [s["metadata"]["name"] for s in objects(apiserver,
+    assert snap.snapshot not in [s["metadata"]["name"] for s in objects(apiserver,
                                                                            "podsnapshots")]
     (p,) = sim.pods()
     assert p["status"]["phase"] == "Running" and p["status"]["containerStatuses"][0]["ready"]
@@ -204,10 +204,11 @@ async def test_skipped_restore_reports_gkes_warning_not_a_spec_change(
                                  restored_condition_wait=0.3)
     assert out["state"] == "cold_started"
     b = backend(notebook_client, pod, gpu_model="nvidia-l4")
-    assert await b.restored_live(resume_ctx(recorder)) is False
-    assert b.restore_reason.startswith("pod was cold-started: GKE: ")
-    assert "falling back to a cold start" in b.restore_reason
-    assert "spec changed" not in b.restore_reason
+    verdict = await b.restored_live(resume_ctx(recorder))
+    assert verdict.live is False, verdict
+    assert verdict.reason.startswith("pod was cold-started: GKE: ")
+    assert "falling back to a cold start" in verdict.reason
+    assert "spec changed" not in verdict.reason
 
 
 async def test_podrestored_from_another_snapshot_is_not_this_pause(
@@ -216,7 +217,7 @@ async def test_podrestored_from_another_snapshot_is_not_this_pause(
     snap = await pause_statefulset(notebook_client, sim, recorder, pod)
     out = await resume_workspace(Kube(admin), NS, "nb", poll=0.05, timeout=20,
                                  restored_condition_wait=0.3)
-    assert out["state"] == "restored_live" and snap["snapshot"] in out["reason"]
+    assert out["state"] == "restored_live" and snap.snapshot in out["reason"]
     # GKE picked an older snapshot of the workspace (PodRestored names it), not this pause's.
     p = next(x for x in sim.pods() if x["metadata"]["name"] == pod)
     conds = [c for c in p["status"]["conditions"] if c["type"] != "PodRestored"] + [{
@@ -224,8 +225,9 @@ async def test_podrestored_from_another_snapshot_is_not_this_pause(
         "message": "Pod restored from snapshot jp-nb-20260101-000000-00000000-aaaaaa"}]
     await asyncio.to_thread(sim.patch_pod_status, pod, {"conditions": conds})
     b = backend(notebook_client, pod, gpu_model="nvidia-l4")
-    assert await b.restored_live(resume_ctx(recorder)) is False
-    assert snap["snapshot"] in b.restore_reason and "another pod snapshot" in b.restore_reason
+    verdict = await b.restored_live(resume_ctx(recorder))
+    assert verdict.live is False, verdict
+    assert snap.snapshot in verdict.reason and "another pod snapshot" in verdict.reason
 
 
 # -- long captures --
@@ -243,7 +245,7 @@ async def test_trigger_wait_that_runs_out_looks_once_more(apiserver, notebook_cl
                             5, "trigger created")
     sim.trigger_outcome = "complete"
     out = await task
-    assert out["snapshot"] in [s["metadata"]["name"] for s in objects(apiserver, "podsnapshots")]
+    assert out.snapshot in [s["metadata"]["name"] for s in objects(apiserver, "podsnapshots")]
 
 
 async def test_snapshot_wait_that_runs_out_looks_once_more(apiserver, notebook_client, sim,
@@ -257,7 +259,7 @@ async def test_snapshot_wait_that_runs_out_looks_once_more(apiserver, notebook_c
                             "snapshot created")
     sim.upload_outcome = "ready"
     out = await task
-    assert out["snapshot"]
+    assert out.snapshot
 
 
 async def test_failed_snapshot_held_by_its_finalizer_stays_listed(apiserver, notebook_client,
@@ -287,7 +289,7 @@ async def test_discard_never_deletes_a_ready_snapshot(apiserver, notebook_client
     start_pod(sim, notebook_pod("nb"))
     b = backend(notebook_client, "nb")
     out = await b.snapshot(pause_ctx(recorder))
-    await b.snapshots.discard(NS, out["trigger"], b.discard_wait)  # as a failed wait does
+    await b.snapshots.discard(NS, out.trigger, b.discard_wait)  # as a failed wait does
     assert [s["metadata"]["name"] for s in objects(apiserver, "podsnapshots")] == \
-        [out["snapshot"]]
+        [out.snapshot]
     assert objects(apiserver, "podsnapshotmanualtriggers")

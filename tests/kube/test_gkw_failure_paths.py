@@ -98,7 +98,7 @@ async def test_a_failed_addon_snapshot_is_ended_and_said(notebook_client, kfsim,
     kfsim.trigger_outcome, kfsim.upload_outcome = "complete", "ready"
     ctx = pause_ctx(recorder, "f2")
     await b.snapshot(ctx)
-    assert (await b.release(ctx)).get("checkpoint_state") == "Ready"
+    assert (await b.release(ctx)).checkpoint_state == "Ready"
 
 
 async def test_cold_restart_does_not_pin_the_new_pod_to_the_deleted_snapshot(
@@ -111,7 +111,7 @@ async def test_cold_restart_does_not_pin_the_new_pod_to_the_deleted_snapshot(
     ctx = pause_ctx(recorder)
     await b.snapshot(ctx)
     rel = await b.release(ctx)
-    snap = rel["snapshot"]
+    snap = rel.snapshot
     assert snap and ws_obj(kfsim)["metadata"]["annotations"][LAST] == snap
     await asyncio.to_thread(kfsim.wait, lambda: not kfsim.pods(), 10, "pod stopped")
     kfsim.restore_mode = "crash"
@@ -133,8 +133,8 @@ async def test_a_stop_under_the_addon_takes_no_snapshot(admin, notebook_client, 
     ctx = pause_ctx(recorder)
     ctx.mode = "stop"  # snapshot() is not called for a stop
     rel = await b.release(ctx)
-    assert rel == {"released": True, "stopped_via": "workspace", "owner": "ws1",
-                   "snapshot_opt_out": True}
+    assert rel.to_dict() == {"released": True, "stopped_via": "workspace", "owner": "ws1",
+                             "snapshot_opt_out": True}
     await asyncio.to_thread(kfsim.wait, lambda: not kfsim.pods(), 10, "pod stopped")
     assert kfsim.snapshots_created == 0 and not kfsim.cr("podsnapshotmanualtriggers")
     ann = ws_obj(kfsim)["metadata"]["annotations"]

@@ -18,6 +18,7 @@ import yaml
 
 from jupyter_pause.cluster.gke import GKEBackend
 from jupyter_pause.cluster.kubeflow import KubeflowBackend
+from jupyter_pause.cluster.results import ReleaseResult
 
 from .conftest import GKW_ENABLED, NS, KubeflowSim, pause_ctx, workspace
 
@@ -57,9 +58,9 @@ async def test_opt_in_on_the_kind_is_followed_to_the_snapshot(notebook_client, k
     b = KubeflowBackend(api_client=notebook_client, pod_name=pod, namespace=NS,
                         gpu_model="nvidia-l4", restored_condition_wait=0, checkpoint_timeout=15)
     ctx = pause_ctx(recorder)
-    assert (await b.snapshot(ctx))["gke_workspaces"] is True
+    assert (await b.snapshot(ctx)).gke_workspaces is True
     rel = await b.release(ctx)
-    assert rel.get("checkpoint_state") == "Ready" and rel.get("snapshot"), rel
+    assert rel.checkpoint_state == "Ready" and rel.snapshot, rel
     assert "GKE Workspaces: checkpoint-state Checkpointing" in recorder.messages
 
 
@@ -69,8 +70,9 @@ async def test_workspace_opt_out_beats_the_kind(notebook_client, kfsim, recorder
     b = KubeflowBackend(api_client=notebook_client, pod_name=pod, namespace=NS,
                         restored_condition_wait=0)
     ctx = pause_ctx(recorder)
-    assert (await b.snapshot(ctx))["gke_workspaces"] is False
-    assert await b.release(ctx) == {"released": True, "stopped_via": "workspace", "owner": "ws1"}
+    assert (await b.snapshot(ctx)).gke_workspaces is False
+    assert await b.release(ctx) == ReleaseResult(released=True, stopped_via="workspace",
+                                                 owner="ws1")
     await asyncio.to_thread(kfsim.wait, lambda: not kfsim.pods(), 10, "pod stopped")
     assert not kfsim.cr("podsnapshotmanualtriggers")  # the add-on stayed out too
 
@@ -83,7 +85,7 @@ async def test_tpu_pod_config_is_never_snapshotted(notebook_client, kfsim, recor
     pod = await asyncio.to_thread(start_workspace, kfsim, kind, {GKW_ENABLED: "true"}, "tpu-v5e")
     b = KubeflowBackend(api_client=notebook_client, pod_name=pod, namespace=NS,
                         restored_condition_wait=0)
-    assert (await b.snapshot(pause_ctx(recorder)))["gke_workspaces"] is False
+    assert (await b.snapshot(pause_ctx(recorder))).gke_workspaces is False
 
 
 @pytest.mark.parametrize("kind_opt_in", ["true", None])
@@ -98,7 +100,7 @@ async def test_unreadable_kind_falls_back_to_the_pods_readiness_gate(
     apiserver.call(apiserver.server.deny, "get", "workspacekinds")
     b = KubeflowBackend(api_client=notebook_client, pod_name=pod, namespace=NS,
                         restored_condition_wait=0)
-    assert (await b.snapshot(pause_ctx(recorder)))["gke_workspaces"] is (kind_opt_in == "true")
+    assert (await b.snapshot(pause_ctx(recorder))).gke_workspaces is (kind_opt_in == "true")
 
 
 async def test_the_addons_answer_to_the_pause_is_followed(apiserver, admin, notebook_client, sim,
@@ -131,7 +133,7 @@ async def test_the_addons_answer_to_the_pause_is_followed(apiserver, admin, note
     b = KubeflowBackend(api_client=notebook_client, pod_name="ws-ws1-0", namespace=NS,
                         restored_condition_wait=0, checkpoint_timeout=15)
     ctx = pause_ctx(recorder)
-    assert (await b.snapshot(ctx))["gke_workspaces"] is False
+    assert (await b.snapshot(ctx)).gke_workspaces is False
     task = asyncio.create_task(b.release(ctx))
 
     def ws_ann() -> dict:
@@ -146,7 +148,7 @@ async def test_the_addons_answer_to_the_pause_is_followed(apiserver, admin, note
                             "ws1", {"spec": {"paused": True}, "metadata": {"annotations": {
                                 STATE: "Ready", LAST: "snap-1"}}})
     rel = await asyncio.wait_for(task, 15)
-    assert rel.get("checkpoint_state") == "Ready" and rel.get("snapshot") == "snap-1", rel
+    assert rel.checkpoint_state == "Ready" and rel.snapshot == "snap-1", rel
 
 
 async def test_gke_backend_follows_the_addons_rule_not_its_leftover_marks(notebook_client, kfsim):
@@ -178,7 +180,7 @@ async def test_kubeflow_verdict_quotes_gkes_cold_start_warning(notebook_client, 
                         gpu_model="nvidia-l4", restored_condition_wait=0, checkpoint_timeout=15)
     ctx = pause_ctx(recorder)
     await b.snapshot(ctx)
-    assert (await b.release(ctx)).get("checkpoint_state") == "Ready"
+    assert (await b.release(ctx)).checkpoint_state == "Ready"
     await asyncio.to_thread(kfsim.wait, lambda: not kfsim.pods(), 10, "pod stopped")
     kfsim.restore_mode = "skip"
     await asyncio.to_thread(kfsim.custom.patch_namespaced_custom_object, KF, KFV, NS,
@@ -188,5 +190,5 @@ async def test_kubeflow_verdict_quotes_gkes_cold_start_warning(notebook_client, 
     verdict = await KubeflowBackend(api_client=notebook_client, pod_name=pod, namespace=NS,
                                     gpu_model="nvidia-l4",
                                     restored_condition_wait=0).restore_verdict()
-    assert verdict["live"] is False
-    assert "falling back to a cold start" in verdict["reason"], verdict
+    assert verdict.live is False
+    assert "falling back to a cold start" in verdict.reason, verdict

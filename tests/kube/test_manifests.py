@@ -12,6 +12,7 @@ from jupyter_pause.cluster.permissions import (
     NOTEBOOK_CLUSTER_PERMISSIONS,
     NOTEBOOK_PERMISSIONS,
     RESUMER_PERMISSIONS,
+    STATEFULSET_PERMISSIONS,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kubernetes"
@@ -73,6 +74,23 @@ def test_notebook_role_grants_exactly_what_the_code_uses():
     assert "delete" not in kf[("podsnapshot.gke.io", "podsnapshots")]
     assert ("podsnapshot.gke.io", "podsnapshotpolicies") not in kf
     assert ("kubeflow.org", "workspaces") not in NOTEBOOK_PERMISSIONS
+
+
+def test_statefulset_role_names_the_statefulset_and_its_pod_only():
+    """The pause scales its own StatefulSet and takes its pod out of it (statefulset.py): the
+    example's Role grants that for those two names and nothing namespace-wide; the ClusterRole
+    no longer patches every StatefulSet of the namespace."""
+    by_kind = {d["kind"]: d for d in docs("notebook-statefulset.yaml")}
+    sts, role, rb = by_kind["StatefulSet"], by_kind["Role"], by_kind["RoleBinding"]
+    assert rules(role) == norm(STATEFULSET_PERMISSIONS)
+    name = sts["metadata"]["name"]
+    assert {r["resources"][0]: r["resourceNames"] for r in role["rules"]} == {
+        "statefulsets/scale": [name], "pods": [f"{name}-0"]}
+    assert rb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                             "name": role["metadata"]["name"]}
+    assert rb["subjects"] == [{"kind": "ServiceAccount", "namespace": sts["metadata"]["namespace"],
+                               "name": sts["spec"]["template"]["spec"]["serviceAccountName"]}]
+    assert not any(g == "apps" for g, _ in NOTEBOOK_PERMISSIONS)
 
 
 def test_resumer_role_matches_the_code():
@@ -146,7 +164,7 @@ def test_server_config_is_snapshot_ready():
     (wsk,) = docs("workspacekind.yaml")
     assert wsk["kind"] == "WorkspaceKind"
     assert wsk["metadata"]["annotations"]["podsnapshot.gke.kubeflow.org/enabled"] == "true"
-    (sts,) = docs("notebook-statefulset.yaml")
+    (sts,) = [d for d in docs("notebook-statefulset.yaml") if d["kind"] == "StatefulSet"]
     spec = sts["spec"]["template"]["spec"]
     assert spec["runtimeClassName"] == "gvisor"
     env = {e["name"] for e in spec["containers"][0]["env"]}

@@ -34,12 +34,13 @@ from kubernetes.client.rest import ApiException
 
 from jupyter_pause.cluster.doctor import run_checks
 from jupyter_pause.cluster.gke import GKEBackend
-from jupyter_pause.cluster.kube import Kube, Res
+from jupyter_pause.cluster.kube import PODS, STATEFULSETS, Kube, KubeError, Res
 from jupyter_pause.cluster.kubeflow import KubeflowBackend
 from jupyter_pause.cluster.permissions import (
     KUBEFLOW_PERMISSIONS,
     NOTEBOOK_PERMISSIONS,
     RESUMER_PERMISSIONS,
+    STATEFULSET_PERMISSIONS,
 )
 from jupyter_pause.cluster.resume import resume_workspace
 
@@ -72,7 +73,7 @@ def apply(api: client.ApiClient, path: Path) -> None:
     rbac = client.RbacAuthorizationV1Api(api)
     core = client.CoreV1Api(api)
     for doc in yaml.safe_load_all(path.read_text()):
-        if not doc:
+        if not doc or doc["kind"] == "StatefulSet":  # the workloads are the tests' own
             continue
         kind, ns = doc["kind"], doc["metadata"].get("namespace")
         namespaced = {"ServiceAccount": core.create_namespaced_service_account,
@@ -102,7 +103,7 @@ def cluster(tmp_path_factory):
         client.NodeV1Api(admin).create_runtime_class(
             {"metadata": {"name": "gvisor"}, "handler": "runsc"})
         for f in ("crds/podsnapshot.gke.io.yaml", "crds/kubeflow.org.yaml", "rbac.yaml",
-                  "resumer-rbac.yaml"):
+                  "resumer-rbac.yaml", "notebook-statefulset.yaml"):
             apply(admin, EXAMPLES / f)
         client.RbacAuthorizationV1Api(admin).create_namespaced_role_binding(NS, {
             "metadata": {"name": "jupyter-pause-resumer"},
@@ -245,6 +246,45 @@ async def test_every_verb_the_product_uses_is_granted(cluster, sim):
         assert not allowed, (verb, resource)
 
 
+async def test_statefulset_role_grants_its_two_names_and_nothing_else(cluster, sim):
+    """notebook-statefulset.yaml's Role (resourceNames) as the real RBAC authorizer reads it: the
+    calls the pause makes on its own StatefulSet and pod work (statefulset.py: the Scale's
+    selector, the pod's labels, replicas 0 and back), the same calls on any other StatefulSet or
+    pod are forbidden, and so is a patch of the StatefulSet itself (its pod template)."""
+    apps = client.AppsV1Api(cluster["admin"])
+    for name in ("analysis", "other"):
+        apps.create_namespaced_stateful_set(NS, {
+            "metadata": {"name": name},
+            "spec": {"replicas": 0, "serviceName": name,
+                     "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": notebook_pod("x")["spec"]}}})
+    for name in ("analysis-0", "victim"):
+        sim.create_pod(notebook_pod(name))
+    await asyncio.to_thread(sim.wait, lambda: len(sim.pods()) == 2, 20, "pods")
+    kube = Kube(cluster["notebook"])
+    for verb, group, resource in STATEFULSET_PERMISSIONS_FLAT:
+        res = Res(group, "v1", resource.split("/")[0])
+        sub = resource.split("/")[1] if "/" in resource else None
+        own = "analysis" if group == "apps" else "analysis-0"
+        other = "other" if group == "apps" else "victim"
+        assert (await kube.access_review(verb, res, NS, own, subresource=sub))[0], resource
+        assert not (await kube.access_review(verb, res, NS, other, subresource=sub))[0], resource
+    scale = await kube.get_scale(STATEFULSETS, "analysis", NS)
+    assert scale["status"]["selector"] == "app=analysis"
+    assert (await kube.scale(STATEFULSETS, "analysis", NS, 1))["spec"]["replicas"] == 1
+    await kube.scale(STATEFULSETS, "analysis", NS, 0)
+    await kube.patch(PODS, "analysis-0", {"metadata": {"labels": {"app": None}}}, NS)
+    for call in (kube.get_scale(STATEFULSETS, "other", NS),
+                 kube.scale(STATEFULSETS, "other", NS, 1),
+                 kube.patch(STATEFULSETS, "analysis", {"spec": {"replicas": 1}}, NS),
+                 kube.patch(PODS, "victim", {"metadata": {"labels": {"app": None}}}, NS),
+                 kube.delete(PODS, "analysis-0", NS)):
+        with pytest.raises(KubeError) as e:
+            await call
+        assert e.value.status == 403, e.value
+
+
 async def test_resumer_role_grants_what_resume_uses_and_nothing_else(cluster, sim):
     kube = Kube(cluster["resumer"])
     for (group, resource), verbs in RESUMER_PERMISSIONS.items():
@@ -262,30 +302,45 @@ async def test_resumer_role_grants_what_resume_uses_and_nothing_else(cluster, si
     assert _status(core.list_namespaced_pod, "default") == 403  # another namespace
 
 
-async def test_gke_pause_and_resume_with_notebook_identity(cluster, sim):
+@pytest.mark.parametrize("pvc", [False, True])
+async def test_gke_pause_and_resume_with_notebook_identity(cluster, sim, pvc):
+    """The example's StatefulSet "analysis" and the notebook's identity with rbac.yaml and
+    notebook-statefulset.yaml's named Role: release() scales it through the scale subresource;
+    with a PVC the pause takes the pod out of the StatefulSet first (GKE stops it after the
+    snapshot), and the resumer deletes that stopped pod before scaling back."""
+    spec = notebook_pod("x")["spec"]
+    if pvc:
+        spec["volumes"] = [{"name": "home", "persistentVolumeClaim": {"claimName": "home"}}]
+        spec["containers"][0]["volumeMounts"] = [{"name": "home", "mountPath": "/home/jovyan"}]
+    labels = {"app": "analysis", "jupyter-pause.io/workspace": "analysis"}
     sim.apps.create_namespaced_stateful_set(NS, {
-        "metadata": {"name": "nb"},
-        "spec": {"replicas": 1, "serviceName": "nb",
-                 "selector": {"matchLabels": {"app": "nb"}},
-                 "template": {"metadata": {"labels": {"app": "nb"}},
-                              "spec": notebook_pod("x")["spec"]}}})
+        "metadata": {"name": "analysis"},
+        "spec": {"replicas": 1, "serviceName": "analysis",
+                 "selector": {"matchLabels": {"app": "analysis"}},
+                 "template": {"metadata": {"labels": labels}, "spec": spec}}})
     await asyncio.to_thread(sim.wait, lambda: any(
-        p["status"].get("phase") == "Running" for p in sim.pods()), 20, "nb-0 running")
+        p["status"].get("phase") == "Running" for p in sim.pods()), 20, "analysis-0 running")
     rec = Recorder()
-    b = GKEBackend(api_client=cluster["notebook"], pod_name="nb-0", namespace=NS,
+    b = GKEBackend(api_client=cluster["notebook"], pod_name="analysis-0", namespace=NS,
                    gpu_model="nvidia-l4", trigger_timeout=30, snapshot_timeout=30,
                    restored_condition_wait=0)
     assert (await b.describe())["can_pause"] is True
     ctx = pause_ctx(rec)
     snap = await b.snapshot(ctx)
-    assert snap["snapshot"] and snap["stop_via"] == "statefulset"
+    assert snap.snapshot and snap.stop_via == "statefulset" and snap.hold_writes is pvc
     rel = await b.release(ctx)
-    assert rel["stopped_via"] == "statefulset"
-    await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 20, "stopped")
+    assert rel.stopped_via == "statefulset"
+    # the GPU is free: no pod, or only the stopped one out of the StatefulSet
+    await asyncio.to_thread(sim.wait, lambda: all(
+        p["status"].get("phase") == "Succeeded" and not p["metadata"].get("ownerReferences")
+        for p in sim.pods()), 20, "stopped")
+    assert bool(sim.pods()) is pvc and sim.restores == []
+    sts = client.AppsV1Api(cluster["admin"]).read_namespaced_stateful_set("analysis", NS)
+    assert sts.spec.replicas == 0
     # out of the pod, with the resumer's credentials: bring it back; the policy restores it
     sim.nodes = {}
     updates: list[dict] = []
-    task = asyncio.create_task(resume_workspace(Kube(cluster["resumer"]), NS, "nb",
+    task = asyncio.create_task(resume_workspace(Kube(cluster["resumer"]), NS, "analysis",
                                                 on_update=updates.append, poll=0.1,
                                                 restored_condition_wait=1))
     await asyncio.to_thread(sim.wait, lambda: any(u["state"] == "waiting_for_capacity"
@@ -293,12 +348,12 @@ async def test_gke_pause_and_resume_with_notebook_identity(cluster, sim):
     sim.add_node("gpu-l4-b", "nvidia-l4", 1)
     out = await task
     assert out["state"] == "restored_live", out
-    b2 = GKEBackend(api_client=cluster["notebook"], pod_name="nb-0", namespace=NS,
+    b2 = GKEBackend(api_client=cluster["notebook"], pod_name="analysis-0", namespace=NS,
                     gpu_model="nvidia-l4", restored_condition_wait=0)
-    assert await b2.restored_live(resume_ctx(rec)) is True
+    assert (await b2.restored_live(resume_ctx(rec))).live is True
     # clean-up with the notebook identity: keep none, the policy stays (its delete is denied)
     res = await b2.gc(older_than=None, dry_run=False, every_ready=True)
-    assert snap["snapshot"] in res["deleted"] and not res["stuck"]
+    assert snap.snapshot in res["deleted"] and not res["stuck"]
 
 
 async def test_doctor_with_notebook_identity(cluster, sim):
@@ -336,19 +391,22 @@ async def test_kubeflow_pause_and_two_concurrent_resumes(cluster, sim):
     snap = await gke.snapshot(pause_ctx(rec))
     kf = KubeflowBackend(api_client=cluster["notebook"], pod_name="ws-ws1-0", namespace=NS)
     assert (await kf.describe())["can_pause"] is True
-    assert (await kf.release(pause_ctx(rec)))["stopped_via"] == "workspace"
+    assert (await kf.release(pause_ctx(rec))).stopped_via == "workspace"
     await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 20, "stopped")
     resumer = Kube(cluster["resumer"])
     a, b = await asyncio.gather(
         resume_workspace(resumer, NS, "ws1", poll=0.1, holder="alice", restored_condition_wait=1),
         resume_workspace(resumer, NS, "ws1", poll=0.1, holder="bob", restored_condition_wait=1))
     assert a["state"] == b["state"] == "restored_live", (a, b)
-    assert snap["snapshot"] in a["reason"]
+    assert snap.snapshot in a["reason"]
     assert sorted([a["joined"], b["joined"]]) == [False, True]
     assert len(sim.restores) == 1
 
 
 WS_LABEL = "notebooks.kubeflow.org/workspace-name"
+STATEFULSET_PERMISSIONS_FLAT = [(verb, group, resource)
+                                for (group, resource), verbs in STATEFULSET_PERMISSIONS.items()
+                                for verb in verbs]
 EXAMPLE_FILES = ("snapshot-storage.yaml", "jupyter-server-config.yaml", "notebook-statefulset.yaml",
                  "workspacekind.yaml", "rbac.yaml", "resumer-rbac.yaml")
 
@@ -364,7 +422,7 @@ def dropped(sent: object, got: object, path: str = "") -> list[str]:
     if isinstance(sent, list):
         if not isinstance(got, list) or len(got) != len(sent):
             return [f"{path}: {got!r}"]
-        return [d for i, (a, b) in enumerate(zip(sent, got)) for d in dropped(a, b, f"{path}[{i}]")]
+        return [d for i, (a, b) in enumerate(zip(sent, got, strict=False)) for d in dropped(a, b, f"{path}[{i}]")]
     return [] if sent == got else [f"{path}: sent {sent!r}, read back {got!r}"]
 
 
@@ -514,9 +572,9 @@ async def test_kubeflow_pause_as_the_workspace_identity_with_the_examples_kind(c
                          gpu_model="nvidia-l4", restored_condition_wait=0, checkpoint_timeout=30)
     assert (await kf.describe())["can_pause"] is True
     ctx = pause_ctx(rec)
-    assert (await kf.snapshot(ctx))["gke_workspaces"] is True
+    assert (await kf.snapshot(ctx)).gke_workspaces is True
     rel = await kf.release(ctx)
-    assert rel.get("checkpoint_state") == "Ready" and rel.get("snapshot"), rel
+    assert rel.checkpoint_state == "Ready" and rel.snapshot, rel
     ws = sim.custom.get_namespaced_custom_object("kubeflow.org", "v1beta1", NS, "workspaces", "ws2")
     assert ws["spec"]["paused"] is True
     await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 20, "ws-ws2-0 stopped")

@@ -8,7 +8,7 @@ import pytest
 
 from jupyter_pause.cluster.base import BackendError
 from jupyter_pause.cluster.gke import GKEBackend
-from jupyter_pause.cluster.kube import LEASE_ANNOTATION, Kube
+from jupyter_pause.cluster.kube import LEASE_ANNOTATION, PS_NAME_ANNOTATION, Kube
 from jupyter_pause.cluster.kubeflow import KubeflowBackend
 from jupyter_pause.cluster.resume import resume_workspace
 
@@ -37,7 +37,7 @@ async def pause_workspace(client, sim, recorder, pod: str, gpu: str = "nvidia-l4
     ctx = pause_ctx(recorder)
     snap = await b.snapshot(ctx)
     rel = await b.release(ctx)
-    assert rel == {"released": True, "stopped_via": "workspace", "owner": "ws1"}
+    assert rel.to_dict() == {"released": True, "stopped_via": "workspace", "owner": "ws1"}
     await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 10, "pod stopped")
     assert ws_state(sim)["spec"]["paused"] is True
     return snap
@@ -55,7 +55,7 @@ async def test_waits_for_capacity_then_restores_live(admin, notebook_client, sim
     await asyncio.sleep(0.5)
     sim.add_node("gpu-l4-new", "nvidia-l4", 1)  # the autoscaler brought one
     out = await task
-    assert out["state"] == "restored_live" and snap["snapshot"] in out["reason"]
+    assert out["state"] == "restored_live" and snap.snapshot in out["reason"]
     states = [u["state"] for u in updates]
     wait = next(u for u in updates if u["state"] == "waiting_for_capacity")
     assert "Insufficient nvidia.com/gpu" in wait["reason"] or "0/0 nodes" in wait["reason"]
@@ -65,7 +65,8 @@ async def test_waits_for_capacity_then_restores_live(admin, notebook_client, sim
     # in the pod: the backend confirms a live restore
     b = GKEBackend(api_client=notebook_client, pod_name=pod, namespace=NS, gpu_model="nvidia-l4",
                    restored_condition_wait=0)
-    assert await b.restored_live(resume_ctx(recorder)) is True
+    verdict = await b.restored_live(resume_ctx(recorder))
+    assert verdict.live is True, verdict
 
 
 async def test_other_gpu_model_cold_starts_with_reason(admin, notebook_client, sim, recorder):
@@ -78,12 +79,13 @@ async def test_other_gpu_model_cold_starts_with_reason(admin, notebook_client, s
     b = GKEBackend(api_client=notebook_client, pod_name=pod, namespace=NS,
                    gpu_model="nvidia-tesla-t4", restored_condition_wait=0)
     rctx = resume_ctx(recorder)
-    assert await b.restored_live(rctx) is False
-    assert b.restore_reason.startswith(
+    verdict = await b.restored_live(rctx)
+    assert verdict.live is False, verdict
+    assert verdict.reason.startswith(
         "pod was cold-started: snapshot for another GPU model (snapshot taken on nvidia-l4, this "
         "pod has nvidia-tesla-t4); GKE: ")  # + GKE's own Warning event
-    assert "falling back to a cold start" in b.restore_reason
-    assert b.restore_reason in recorder.messages
+    assert "falling back to a cold start" in verdict.reason
+    assert verdict.reason in recorder.messages
 
 
 async def test_two_resumes_at_once_restore_once(admin, notebook_client, sim, recorder):
@@ -112,7 +114,7 @@ async def test_bare_pod_recreated_with_ps_name(apiserver, admin, notebook_client
     out = await resume_workspace(Kube(admin), NS, "nb", poll=0.05, restored_condition_wait=0.3)
     assert out["state"] == "restored_live" and out["kind"] == "pod"
     pod = next(p for p in sim.pods() if p["metadata"]["name"] == "nb")
-    assert pod["metadata"]["annotations"]["podsnapshot.gke.io/ps-name"] == snap["snapshot"]
+    assert pod["metadata"]["annotations"]["podsnapshot.gke.io/ps-name"] == snap.snapshot
 
 
 async def test_kubeflow_backend_pauses_workspace(notebook_client, sim, recorder):
@@ -121,8 +123,8 @@ async def test_kubeflow_backend_pauses_workspace(notebook_client, sim, recorder)
                         restored_condition_wait=0)
     assert (await b.describe())["can_pause"] is True
     ctx = pause_ctx(recorder)
-    assert (await b.snapshot(ctx))["skipped"] is True
-    assert (await b.release(ctx))["stopped_via"] == "workspace"
+    assert (await b.snapshot(ctx)).skipped is True
+    assert (await b.release(ctx)).stopped_via == "workspace"
     await asyncio.to_thread(sim.wait, lambda: ws_state(sim).get("status", {}).get("state")
                             == "Paused", 10, "Paused")
     # plain Kubeflow: the pod comes back cold, and the backend says so
@@ -130,8 +132,9 @@ async def test_kubeflow_backend_pauses_workspace(notebook_client, sim, recorder)
                             NS, "workspaces", "ws1", {"spec": {"paused": False}})
     await asyncio.to_thread(sim.wait, lambda: any(p["status"].get("phase") == "Running"
                                                   for p in sim.pods()), 10, "running")
-    assert await b.restored_live(resume_ctx(recorder)) is False
-    assert "without a pod snapshot" in b.restore_reason
+    verdict = await b.restored_live(resume_ctx(recorder))
+    assert verdict.live is False, verdict
+    assert "without a pod snapshot" in verdict.reason
 
 
 async def test_kubeflow_backend_with_gke_workspaces_addon(notebook_client, sim, recorder):
@@ -139,9 +142,9 @@ async def test_kubeflow_backend_with_gke_workspaces_addon(notebook_client, sim, 
     b = KubeflowBackend(api_client=notebook_client, pod_name=pod, namespace=NS,
                         gpu_model="nvidia-l4", restored_condition_wait=0, checkpoint_timeout=15)
     ctx = pause_ctx(recorder)
-    assert (await b.snapshot(ctx))["gke_workspaces"] is True
+    assert (await b.snapshot(ctx)).gke_workspaces is True
     rel = await b.release(ctx)
-    assert rel["checkpoint_state"] == "Ready" and rel["snapshot"]
+    assert rel.checkpoint_state == "Ready" and rel.snapshot
     assert "GKE Workspaces: checkpoint-state Checkpointing" in recorder.messages
     await asyncio.to_thread(sim.wait, lambda: ws_state(sim).get("status", {}).get("state")
                             == "Paused", 10, "Paused")
@@ -150,8 +153,9 @@ async def test_kubeflow_backend_with_gke_workspaces_addon(notebook_client, sim, 
                             NS, "workspaces", "ws1", {"spec": {"paused": False}})
     await asyncio.to_thread(sim.wait, lambda: any(p["status"].get("phase") == "Running"
                                                   for p in sim.pods()), 10, "running")
-    assert await b.restored_live(resume_ctx(recorder)) is True
-    assert rel["snapshot"] in b.restore_reason
+    verdict = await b.restored_live(resume_ctx(recorder))
+    assert verdict.live is True, verdict
+    assert rel.snapshot in verdict.reason
 
 
 async def test_gke_workspaces_failed_checkpoint_is_not_stuck(notebook_client, sim, recorder):
@@ -174,7 +178,7 @@ async def test_kubeflow_release_wakes_up_in_restored_pod(notebook_client, sim, r
     ctx = pause_ctx(recorder)
     await b.snapshot(ctx)  # records who we are (pod uid)
     rel = await b.release(ctx)
-    assert rel["released"] is True and rel["checkpoint_state"] == "Ready"
+    assert rel.released is True and rel.checkpoint_state == "Ready"
     await asyncio.to_thread(sim.wait, lambda: not sim.pods(), 10, "paused")
     await asyncio.to_thread(sim.custom.patch_namespaced_custom_object, "kubeflow.org", "v1beta1",
                             NS, "workspaces", "ws1", {"spec": {"paused": False}})
@@ -189,5 +193,27 @@ async def test_kubeflow_release_wakes_up_in_restored_pod(notebook_client, sim, r
     # now the frozen wait of the old process resumes: same name, another pod
     b.checkpoint_timeout = 1.0
     out = await b.workspaces.follow_checkpoint(ctx, "ws1", NS, timeout=b.checkpoint_timeout)
-    assert out["released"] is False and out["woke_up"] is True
+    assert out.released is False and out.woke_up is True
     assert ws_state(sim)["spec"]["paused"] is False
+
+
+@pytest.mark.parametrize("outcome", ["cold", "fail"])
+async def test_a_pod_pinned_to_a_missing_snapshot(admin, notebook_client, sim, recorder,
+                                                  outcome):
+    """A pod created with podsnapshot.gke.io/ps-name naming a snapshot that is gone (deleted by
+    retention between the resume's look and the pod's creation). What GKE does then is not
+    documented, so both readings are played: it starts cold, and the resume and the server in
+    the pod say so (the checkpoint is the way back); or the pod fails, and the resume ends
+    "failed" with the pod's own message instead of waiting for a restore."""
+    sim.pinned_missing_outcome = outcome
+    sim.create_pod(notebook_pod("nb", annotations={PS_NAME_ANNOTATION: "gone-snap"}))
+    out = await resume_workspace(Kube(admin), NS, "nb", poll=0.05, timeout=20,
+                                 restored_condition_wait=0.3)
+    assert sim.pinned_missing == ["nb"] and sim.restores == []
+    if outcome == "cold":
+        assert out["state"] == "cold_started", out
+        b = GKEBackend(api_client=notebook_client, pod_name="nb", namespace=NS,
+                       gpu_model="nvidia-l4", restored_condition_wait=0)
+        assert (await b.restored_live(resume_ctx(recorder))).live is False
+    else:
+        assert out["state"] == "failed" and "gone-snap not found" in out["reason"], out

@@ -83,11 +83,11 @@ async def test_own_pause_with_stop_holds_writes_until_its_trigger_fails(notebook
                    restored_condition_wait=0)
     assert await b.writes_held() is None
     out = await b.snapshot(pause_ctx(recorder))
-    assert out["hold_writes"] is True
+    assert out.hold_writes is True
     held = await b.writes_held()
-    assert held and "postCheckpoint: stop" in held and out["trigger"] in held
+    assert held and "postCheckpoint: stop" in held and out.trigger in held
     # The same process after a failed capture: the trigger says no snapshot was taken.
-    tname = out["trigger"]
+    tname = out.trigger
     await asyncio.to_thread(sim.patch_cr_status, "podsnapshotmanualtriggers", tname, {
         "conditions": [{"type": "Triggered", "status": "False", "reason": "Failed",
                         "message": "checkpoint failed", "lastTransitionTime":

@@ -79,6 +79,8 @@ class Server(InProcessServer):
             if kernel.execution_state == "idle":
                 return
             await asyncio.sleep(0.05)
+        raise AssertionError(f"kernel {kernel_id} still {kernel.execution_state} "
+                             f"after {timeout} s")
 
     def fake_clock(self, offset: float = 0.0) -> FakeClock:
         clock = FakeClock(time.time() + offset)

@@ -29,7 +29,7 @@ def walk(root: str) -> tuple[int, int]:
 
 def blob_files(root: str) -> set[str]:
     out = set()
-    for d, _, fs in os.walk(os.path.join(root, "blobs")):
+    for _d, _, fs in os.walk(os.path.join(root, "blobs")):
         out.update(fs)
     return out
 

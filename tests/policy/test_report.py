@@ -18,8 +18,8 @@ import os
 import pytest
 
 from jupyter_pause.journal import parse_time, read_journal
+from jupyter_pause.policy.costreport import build_report
 from jupyter_pause.policy.render import render_report
-from jupyter_pause.policy.report import build_report
 
 HERE = os.path.dirname(__file__)
 J = os.path.join(HERE, "fixtures", "journal_two_days.jsonl")

@@ -70,6 +70,8 @@ async def test_busy_kernel_is_never_auto_paused(srv):
         if srv.serverapp.kernel_manager.get_kernel(kid).execution_state == "busy":
             break
         await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the server never saw the kernel busy within 5 s")
     clock.advance(10 * 3600)
     d = await srv.monitor.tick()
     assert d.kind == "none" and d.reason.startswith("kernel busy")
@@ -234,3 +236,21 @@ async def test_gc_in_the_server_never_deletes_the_way_back(srv):
     # once resumed, the same policy may delete it
     res = await run_gc_for_app(app, keep=0, older_than=0.0, dry_run=False)
     assert len(res["checkpoints"]["deleted"]) == 1 and res["remaining"]["bytes"] == 0
+
+
+TRAINING = {"enabled": False, "profile": "training",
+            "autosave": {"training": {"keep": 5}}}
+
+
+@pytest.mark.parametrize("policy_config", [TRAINING], ids=["training"])
+async def test_the_policy_plugin_is_found_by_entry_point_and_sets_autosave(srv):
+    """The server never imports the policy tools: the entry point names them, and their
+    autosave defaults (the profile's, then IdlePolicy.autosave) reach the kernels."""
+    app = srv.lifecycle.app
+    assert app.extension_modules == ["jupyter_pause.policy.handlers"]
+    app.autosave = {"idle_delay": 1.0}  # the harness turns autosave off; PauseApp's keys win
+    settings = app.autosave_settings()
+    assert settings["idle_delay"] == 1.0, settings
+    assert settings["every_s"] == 300.0 and settings["keep"] == 5, settings
+    p = await srv.api("GET", "policy")
+    assert p["profile"]["name"] == "training", p

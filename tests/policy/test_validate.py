@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from jupyter_pause.cli import main as cli_main
-from jupyter_pause.policy import validate as v
+from jupyter_pause.policy import upgradecheck as v
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -6,6 +6,7 @@ import asyncio
 
 from jupyter_pause.cluster.base import BackendError
 from jupyter_pause.cluster.local import LocalBackend
+from jupyter_pause.cluster.results import ReleaseResult, RestoreVerdict, SnapshotResult
 
 
 class NotConfigured(LocalBackend):
@@ -44,8 +45,8 @@ class WokeUp(LocalBackend):
     name = "woke-up"
 
     async def release(self, ctx):
-        return {"released": False, "woke_up": True,
-                "reason": "this pod was restored from the pod snapshot"}
+        return ReleaseResult(released=False, woke_up=True,
+                             reason="this pod was restored from the pod snapshot")
 
 
 class ColdStarted(LocalBackend):
@@ -56,8 +57,7 @@ class ColdStarted(LocalBackend):
               "(snapshot nvidia-l4, node nvidia-tesla-t4)")
 
     async def restored_live(self, ctx):
-        self.restore_reason = self.REASON
-        return False
+        return RestoreVerdict(live=False, reason=self.REASON)
 
 
 class ReleaseFails(LocalBackend):
@@ -77,7 +77,32 @@ class HeldThenReleaseFails(LocalBackend):
     name = "held-then-release-fails"
 
     async def snapshot(self, ctx):
-        return {"snapshot": "snap-1", "hold_writes": True}
+        return SnapshotResult(snapshot="snap-1", hold_writes=True)
 
     async def release(self, ctx):
         raise BackendError("timed out waiting for the pod to stop", reason="timeout")
+
+
+class GatedResume(LocalBackend):
+    """A resume held before any kernel starts until the test opens ``gate``, as a resume
+    waiting for a GPU node to come up is held."""
+
+    name = "gated-resume"
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.entered, self.gate = asyncio.Event(), asyncio.Event()
+
+    async def resume(self, ctx):
+        self.entered.set()
+        await self.gate.wait()
+        return await super().resume(ctx)
+
+
+class OldContract(LocalBackend):
+    """A backend written against the dict results of old: the server says so, in one line."""
+
+    name = "old-contract"
+
+    async def snapshot(self, ctx):
+        return {"skipped": True}

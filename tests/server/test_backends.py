@@ -91,3 +91,16 @@ async def test_process_restored_during_pause_resumes_live(ws):
     assert (await ws.run(kid, "print(g)")).strip() == "9"
     names = [e["event"] for e in ws.journal()]
     assert names[names.index("paused") + 1] == "resume_requested" and "restored" not in names
+
+
+@pytest.mark.parametrize("pause_config", [config("OldContract")])
+async def test_backend_returning_a_dict_fails_the_pause_clearly(ws, jp_serverapp):
+    nb = await ws.open_notebook("old.ipynb")
+    kid = nb["kernel"]["id"]
+    await ws.run(kid, "o = 1")
+    _, st = await ws.flight("pause")
+    assert st["state"] == "failed", st
+    assert "snapshot() returned dict, not SnapshotResult" in st["reason"], st["reason"]
+    failed = [e for e in ws.journal() if e["event"] == "failed"][-1]
+    assert failed["step"] == "snapshotting" and failed["reason"] == "backend_error", failed
+    assert kid in jp_serverapp.kernel_manager  # nothing was released

@@ -117,6 +117,8 @@ def test_pause_resume_and_sigkill_mid_checkpoint(server):
             break
         assert st["state"] in ("running", "checkpointing"), st
         time.sleep(0.01)
+    else:
+        raise AssertionError(f"the checkpoint was not under way within 60 s: {st}")
     server.kill()
 
     server.start()

@@ -49,7 +49,7 @@ async def test_a_missing_checkpoint_says_so_and_a_second_resume_goes_on_without_
     assert st["state"] == "paused", st
     rec = {k["path"]: k for k in ws.lifecycle.state["pause"]["kernels"]}
     gone = rec["b.ipynb"]["checkpoint_id"]
-    [manifest] = [p for p in (pause_dirs["store"] / "manifests").rglob(f"{gone}*")]
+    [manifest] = list((pause_dirs["store"] / "manifests").rglob(f"{gone}*"))
     manifest.unlink()
 
     _, st = await ws.flight("resume")

@@ -94,6 +94,8 @@ def test_sigkill_of_a_kernel_offers_its_autosave_and_restore_brings_it_back(tmp_
                                      "steps = 42\nw = np.arange(10.0) * 2")
         old = kernel_process(srv, kid)
         assert old is not None
+        # With autosave on, kernels start with torch's huge-page allocation (a cheaper fork).
+        assert silent(srv, kid, "__import__('os').environ.get('THP_MEM_ALLOC_ENABLE')") == "1"
         old.send_signal(signal.SIGKILL)  # the OOM killer's way
 
         offer = srv.wait_for("the offer", lambda: offer_for(srv, "a.ipynb"), 60)

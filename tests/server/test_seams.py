@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 from pause_test_backends import ColdStarted
@@ -34,13 +35,23 @@ async def _last_activity(ws):
     return json.loads((await ws.fetch("api", "status")).body)["last_activity"]
 
 
-async def _settled(ws, kid):
+async def _settled(ws, kid, quiet=0.3, timeout=10.0):
+    """Until the server has seen the kernel idle and its activity still for ``quiet`` s: its
+    IOPub watch reads the cell's messages on a socket of its own, so it may lag our client's
+    reply. Fails after ``timeout`` s."""
     kernel = ws.serverapp.kernel_manager.get_kernel(kid)
-    for _ in range(200):
-        if kernel.execution_state == "idle":
-            break
+    deadline = time.monotonic() + timeout
+    seen, since = kernel.last_activity, time.monotonic()
+    while True:
+        now = time.monotonic()
+        if kernel.last_activity != seen or kernel.execution_state != "idle":
+            seen, since = kernel.last_activity, now
+        elif now - since >= quiet:
+            return
+        if now > deadline:
+            raise AssertionError(f"kernel {kid} not idle and quiet within {timeout} s: "
+                                 f"{kernel.execution_state}, last activity {seen}")
         await asyncio.sleep(0.05)
-    await asyncio.sleep(0.3)
 
 
 async def test_our_bridge_calls_and_status_polls_are_not_user_activity(ws):

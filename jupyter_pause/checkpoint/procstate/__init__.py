@@ -121,7 +121,7 @@ def captured(state: Mapping[str, Any] | None) -> list[VariableReport]:
 def restore(state: Any) -> list[VariableReport]:
     """Put back the process state a checkpoint holds (``Manifest.process``). ``{}`` (a checkpoint
     written before process state existed) restores nothing. Never raises."""
-    if state is None or isinstance(state, Mapping) and not state:
+    if state is None or (isinstance(state, Mapping) and not state):
         return []
     if not isinstance(state, Mapping) or state.get("format") != FORMAT:
         fmt = state.get("format") if isinstance(state, Mapping) else type(state).__name__

@@ -84,7 +84,7 @@ def _texts(v: Any, what: str) -> list[str]:
     need(isinstance(v, list) and len(v) <= _MAX_ITEMS, f"{what} is not a list")
     need(all(isinstance(s, str) and len(s) <= _MAX_TEXT and "\0" not in s for s in v),
          f"{what} holds a non-text entry")
-    return v
+    return list(v)
 
 
 # -- sys.path ---------------------------------------------------------------------------------------
@@ -92,7 +92,9 @@ def _texts(v: Any, what: str) -> list[str]:
 
 def _path_capture() -> Any:
     start = start_path()
-    front, end, seen_start = [], [], False
+    front: list[str] = []
+    end: list[str] = []
+    seen_start = False
     for p in sys.path:
         if not isinstance(p, str):
             continue

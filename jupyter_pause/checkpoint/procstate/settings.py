@@ -25,7 +25,7 @@ main_grad_mode: Callable[[], bool | None] | None = None
 def _settings(state: Any) -> dict[str, Any]:
     need(isinstance(state, dict) and len(state) <= _MAX_KEYS, "not a mapping")
     need(all(isinstance(k, str) and len(k) <= 200 for k in state), "a key is not text")
-    return state
+    return dict(state)
 
 
 def _row(label: str, done: list[str], failed: list[str]) -> list[Outcome]:
@@ -276,7 +276,7 @@ def _mpl_capture() -> Any:
 def _mpl_restore(state: Any) -> list[Outcome]:
     items = _settings(state)
     for k, v in items.items():
-        need(scalar(v) or isinstance(v, list) and all(scalar(x) for x in v) or (
+        need(scalar(v) or (isinstance(v, list) and all(scalar(x) for x in v)) or (
             isinstance(v, dict) and isinstance(v.get("cycler"), str) and len(v) == 1),
             f"bad value of {k[:40]}")
     import matplotlib as mpl

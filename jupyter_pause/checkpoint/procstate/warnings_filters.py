@@ -31,7 +31,7 @@ def _unpattern(p: Any) -> Any:
     if p is None:
         return None
     text, pat, flags = p.get("text"), p.get("re"), p.get("flags", 0)
-    need(all(x is None or isinstance(x, str) and len(x) <= 4096 for x in (text, pat))
+    need(all(x is None or (isinstance(x, str) and len(x) <= 4096) for x in (text, pat))
          and (text is None) != (pat is None) and is_int(flags), "a pattern is not text")
     return text if pat is None else re.compile(pat, flags)
 

@@ -4,7 +4,7 @@ A graph is process memory: it cannot be saved. Two cases:
 - a view of a leaf that requires grad (``w = model.weight[0]``): rebuilt exactly, as the same
   view of the restored leaf, so gradients still reach the parameter;
 - any other result of an operation (``loss = criterion(out, y)``): its value is saved, and at
-  restore the variable is marked as having lost its graph (see ``pickling.take_load_notes``), so
+  restore the variable is marked as having lost its graph (see ``ReadResult.load_notes``), so
   the report says so instead of "restored", and ``%restore --recompute`` re-runs its cell.
 A leaf's accumulated gradient (``.grad``) is saved with it: torch's own pickling drops it, and a
 ``backward()`` in the next cell accumulates onto it (gradient accumulation, or a step taken
@@ -19,7 +19,7 @@ from ..outcomes import note_loaded
 from . import register
 
 
-def _graph_view(base: Any, size: tuple, stride: tuple, offset: int) -> Any:
+def _graph_view(base: Any, size: tuple[Any, ...], stride: tuple[Any, ...], offset: int) -> Any:
     return base.as_strided(size, stride, offset)
 
 
@@ -32,7 +32,7 @@ def _graph_lost(value: Any, grad_fn: str) -> Any:
     return value
 
 
-def _with_grad(rebuild: Any, args: tuple, grad: Any) -> Any:
+def _with_grad(rebuild: Any, args: tuple[Any, ...], grad: Any) -> Any:
     t = rebuild(*args)
     t.grad = grad
     return t

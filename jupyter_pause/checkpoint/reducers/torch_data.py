@@ -29,7 +29,7 @@ from . import register
 REMAINING_MAX = 50_000_000  # indices drawn out of a sampler at most; an epoch is rarely longer
 
 
-def _rebuild_iter(cls: type, state: dict[str, Any], remaining: list) -> Any:
+def _rebuild_iter(cls: type, state: dict[str, Any], remaining: list[Any]) -> Any:
     it = cls.__new__(cls)
     it.__dict__.update(state)
     it._sampler_iter = iter(remaining)
@@ -41,7 +41,7 @@ def _rebuild_iter(cls: type, state: dict[str, Any], remaining: list) -> Any:
     return it
 
 
-def _draw_remaining(it: Any) -> list:
+def _draw_remaining(it: Any) -> list[Any]:
     """What the sampler's iterator has still to yield; the live iterator goes on over it."""
     try:
         total = len(it._index_sampler)

@@ -178,7 +178,7 @@ def _lost_entries(n: int) -> Any:
     return check
 
 
-def _new_container(cls: type, items: list, extra: dict[str, Any]) -> Any:
+def _new_container(cls: type, items: list[Any], extra: dict[str, Any]) -> Any:
     c = cls()
     if isinstance(c, weakref.WeakSet):
         for x in items:
@@ -202,7 +202,7 @@ def reduce_weak_set(s: Any) -> Any:
 
 
 # -- weakref.finalize -----------------------------------------------------------------------------
-def _new_finalize(obj: Any, func: Any, args: tuple, kwargs: dict, atexit: bool) -> Any:
+def _new_finalize(obj: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], atexit: bool) -> Any:
     f = weakref.finalize(obj, func, *args, **kwargs)
     f.atexit = atexit
     _track(f, lambda f: "" if f.alive else _NOT_HELD + "; its function will not run",
@@ -232,7 +232,7 @@ def _handle_dead(h: Any) -> str:
     return ""
 
 
-def _new_handle(cls: type, state: tuple) -> Any:
+def _new_handle(cls: type, state: tuple[Any, ...]) -> Any:
     h = cls.__new__(cls)
     h.__setstate__(state)
     _track(h, _handle_dead, "hook handle")

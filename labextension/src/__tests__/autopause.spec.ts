@@ -10,7 +10,12 @@ function policy(partial: Partial<IPolicy>): IPolicy {
   return {
     enabled: true,
     state: 'announced',
-    profile: { name: 'gpu-experiment', action: 'pause', idle_after: 3600, grace_period: 300 },
+    profile: {
+      name: 'gpu-experiment',
+      action: 'pause',
+      idle_after: 3600,
+      grace_period: 300
+    },
     deadline: '2026-11-30T07:05:00.000Z',
     seconds_left: 299.4,
     cancellable: true,
@@ -66,14 +71,28 @@ describe('describeAutoPause', () => {
     assert.match(describeAutoPause(p, 1000, trans)!.message, /pause in 0:00 /);
   });
   it('says "stop its kernels" for a stop profile', () => {
-    const p = policy({ profile: { name: 'cpu-small', action: 'stop', idle_after: 1800 } });
-    assert.match(describeAutoPause(p, 0, trans)!.message, /will stop its kernels in 5:00 .* idle for 30 min \(profile cpu-small\)/);
+    const p = policy({
+      profile: { name: 'cpu-small', action: 'stop', idle_after: 1800 }
+    });
+    assert.match(
+      describeAutoPause(p, 0, trans)!.message,
+      /will stop its kernels in 5:00 .* idle for 30 min \(profile cpu-small\)/
+    );
   });
   it('shows nothing unless an auto-pause is announced and cancellable', () => {
     assert.equal(describeAutoPause(null, 0, trans), null);
-    assert.equal(describeAutoPause(policy({ state: 'watching' }), 0, trans), null);
-    assert.equal(describeAutoPause(policy({ state: 'inactive' }), 0, trans), null);
-    assert.equal(describeAutoPause(policy({ cancellable: false }), 0, trans), null);
+    assert.equal(
+      describeAutoPause(policy({ state: 'watching' }), 0, trans),
+      null
+    );
+    assert.equal(
+      describeAutoPause(policy({ state: 'inactive' }), 0, trans),
+      null
+    );
+    assert.equal(
+      describeAutoPause(policy({ cancellable: false }), 0, trans),
+      null
+    );
     assert.equal(describeAutoPause(policy({ enabled: false }), 0, trans), null);
   });
 });

@@ -4,8 +4,18 @@ import { afterEach, describe, it } from 'node:test';
 import type { Event } from '@jupyterlab/services';
 import { Signal } from '@lumino/signaling';
 
-import type { IFlight, IPauseAPI, IPolicy, IReportVariable, IStatus } from '../api';
-import { IFlightRequest, LIFECYCLE_SCHEMA, PauseController } from '../controller';
+import type {
+  IFlight,
+  IPauseAPI,
+  IPolicy,
+  IReportVariable,
+  IStatus
+} from '../api';
+import {
+  IFlightRequest,
+  LIFECYCLE_SCHEMA,
+  PauseController
+} from '../controller';
 import { IPauseState } from '../tokens';
 import { trans } from './trans';
 
@@ -24,8 +34,16 @@ class FakeAPI implements IPauseAPI {
   statusCalls: Deferred<IStatus>[] = [];
   policyCalls: Deferred<IPolicy>[] = [];
   cancelCalls: Deferred<IPolicy>[] = [];
-  startCalls: { kind: string; answer: Deferred<IFlight> }[] = [];
-  recomputeCalls: { path: string; names: string[]; answer: Deferred<IReportVariable[]> }[] = [];
+  startCalls: {
+    kind: string;
+    loseState?: string[];
+    answer: Deferred<IFlight>;
+  }[] = [];
+  recomputeCalls: {
+    path: string;
+    names: string[];
+    answer: Deferred<IReportVariable[]>;
+  }[] = [];
 
   status(): Promise<IStatus> {
     return this._push(this.statusCalls);
@@ -36,9 +54,9 @@ class FakeAPI implements IPauseAPI {
   cancelAutoPause(): Promise<IPolicy> {
     return this._push(this.cancelCalls);
   }
-  start(kind: 'pause' | 'resume'): Promise<IFlight> {
+  start(kind: 'pause' | 'resume', loseState?: string[]): Promise<IFlight> {
     const answer = new Deferred<IFlight>();
-    this.startCalls.push({ kind, answer });
+    this.startCalls.push({ kind, loseState, answer });
     return answer.promise;
   }
   recompute(path: string, names: string[]): Promise<IReportVariable[]> {
@@ -53,12 +71,19 @@ class FakeAPI implements IPauseAPI {
   }
 }
 
-const status = (state: IStatus['state'], extra: Partial<IStatus> = {}): IStatus => ({
+const status = (
+  state: IStatus['state'],
+  extra: Partial<IStatus> = {}
+): IStatus => ({
   state,
   ...extra
 });
 
-const policy = (state: string): IPolicy => ({ enabled: true, state, cancellable: true });
+const policy = (state: string): IPolicy => ({
+  enabled: true,
+  state,
+  cancellable: true
+});
 
 /** Let every settled promise's callbacks run. */
 const settle = () => new Promise(resolve => setImmediate(resolve));
@@ -77,7 +102,10 @@ function setup() {
   const states: IPauseState[] = [];
   controller.stateChanged.connect((_, s) => void states.push(s));
   const emit = (data: object) =>
-    events.stream.emit({ schema_id: LIFECYCLE_SCHEMA, ...data } as Event.Emission);
+    events.stream.emit({
+      schema_id: LIFECYCLE_SCHEMA,
+      ...data
+    } as Event.Emission);
   return { api, controller, states, emit };
 }
 
@@ -146,12 +174,18 @@ describe('PauseController status reads', () => {
   it('reports transitions between reads, not between event patches', async () => {
     const { api, controller, emit } = setup();
     const reads: [string | undefined, string | undefined][] = [];
-    controller.statusRead.connect((_, c) => void reads.push([c.previous?.state, c.current?.state]));
+    controller.statusRead.connect(
+      (_, c) => void reads.push([c.previous?.state, c.current?.state])
+    );
     const one = controller.refresh();
     api.statusCalls[0].resolve(status('running'));
     await one;
     emit({ event: 'pause_started', state: 'checkpointing' });
-    assert.equal(controller.status?.state, 'checkpointing', 'an event shows at once');
+    assert.equal(
+      controller.status?.state,
+      'checkpointing',
+      'an event shows at once'
+    );
     const two = controller.refresh();
     api.statusCalls[1].resolve(status('paused'));
     await two;
@@ -169,7 +203,11 @@ describe('PauseController stateChanged', () => {
     api.statusCalls[0].resolve(status('running'));
     await one;
     emit({ event: 'pause_started', state: 'checkpointing' });
-    emit({ event: 'progress', state: 'checkpointing', step: { name: 'checkpoint', done: 1 } });
+    emit({
+      event: 'progress',
+      state: 'checkpointing',
+      step: { name: 'checkpoint', done: 1 }
+    });
     emit({ event: 'paused', state: 'paused' });
     const two = controller.refresh();
     api.statusCalls[1].resolve(status('paused'));
@@ -197,8 +235,12 @@ describe('PauseController pause and resume', () => {
   it('says "sent" at once, then "accepted" once the status after it is read', async () => {
     const { api, controller } = setup();
     const log: string[] = [];
-    controller.requested.connect((_, r: IFlightRequest) => void log.push(`${r.kind}:${r.phase}`));
-    controller.statusRead.connect((_, c) => void log.push(`read:${c.current?.state}`));
+    controller.requested.connect(
+      (_, r: IFlightRequest) => void log.push(`${r.kind}:${r.phase}`)
+    );
+    controller.statusRead.connect(
+      (_, c) => void log.push(`read:${c.current?.state}`)
+    );
     const flight = controller.pause();
     assert.deepEqual(log, ['pause:sent'], 'before any answer');
     assert.equal(controller.pending, true);
@@ -209,14 +251,35 @@ describe('PauseController pause and resume', () => {
     assert.equal(controller.pending, false);
     api.statusCalls[0].resolve(status('checkpointing'));
     assert.deepEqual(await flight, { id: 'f1', kind: 'pause' });
-    assert.deepEqual(log, ['pause:sent', 'read:checkpointing', 'pause:accepted']);
+    assert.deepEqual(log, [
+      'pause:sent',
+      'read:checkpointing',
+      'pause:accepted'
+    ]);
+  });
+
+  it('sends the kernels the person agreed to lose, and only when there are some', async () => {
+    const { api, controller } = setup();
+    void controller.pause().catch(() => undefined);
+    void controller.pause(['k-echo']).catch(() => undefined);
+    assert.deepEqual(
+      api.startCalls.map(c => [c.kind, c.loseState]),
+      [
+        ['pause', undefined],
+        ['pause', ['k-echo']]
+      ]
+    );
   });
 
   it('re-reads the status after a refused request, then says "failed" and rejects', async () => {
     const { api, controller } = setup();
     const log: string[] = [];
-    controller.requested.connect((_, r) => void log.push(`${r.kind}:${r.phase}`));
-    controller.statusRead.connect((_, c) => void log.push(`read:${c.current?.state}`));
+    controller.requested.connect(
+      (_, r) => void log.push(`${r.kind}:${r.phase}`)
+    );
+    controller.statusRead.connect(
+      (_, c) => void log.push(`read:${c.current?.state}`)
+    );
     const flight = controller.resume();
     api.startCalls[0].answer.reject(new Error('nothing to resume'));
     await settle();
@@ -258,7 +321,9 @@ describe('PauseController recompute and dispose', () => {
     const { api, controller } = setup();
     const done = controller.recompute('a.ipynb', ['gen']);
     assert.deepEqual(api.recomputeCalls[0].names, ['gen']);
-    api.recomputeCalls[0].answer.resolve([{ name: 'gen', status: 'recomputed' }]);
+    api.recomputeCalls[0].answer.resolve([
+      { name: 'gen', status: 'recomputed' }
+    ]);
     await settle();
     api.statusCalls[0].resolve(status('ready'));
     assert.deepEqual(await done, [{ name: 'gen', status: 'recomputed' }]);

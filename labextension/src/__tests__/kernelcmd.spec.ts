@@ -1,7 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { collapseProgress, IExecutingKernel, REPORT_MIME, runMagic } from '../kernelcmd';
+import {
+  collapseProgress,
+  IExecutingKernel,
+  REPORT_MIME,
+  runMagic
+} from '../kernelcmd';
 
 type Msg = { type: string; content: object };
 
@@ -53,10 +58,21 @@ describe('runMagic', () => {
 
   it('takes the result from the displayed report, not from the printed text', async () => {
     const { kernel: k } = kernel([
-      { type: 'stream', content: { name: 'stdout', text: 'Checkpointing: 1 MiB\rCheckpointing: 2 MiB\n' } },
+      {
+        type: 'stream',
+        content: {
+          name: 'stdout',
+          text: 'Checkpointing: 1 MiB\rCheckpointing: 2 MiB\n'
+        }
+      },
       {
         type: 'display_data',
-        content: { data: { 'text/plain': 'something else: 9 failed', [REPORT_MIME]: report } }
+        content: {
+          data: {
+            'text/plain': 'something else: 9 failed',
+            [REPORT_MIME]: report
+          }
+        }
       }
     ]);
     const result = await runMagic(k, 'checkpoint');
@@ -68,12 +84,23 @@ describe('runMagic', () => {
       ['x', 'y', 'gen']
     );
     // The text is kept to be shown as it is, progress lines collapsed.
-    assert.equal(result.output, 'Checkpointing: 2 MiB\nsomething else: 9 failed');
+    assert.equal(
+      result.output,
+      'Checkpointing: 2 MiB\nsomething else: 9 failed'
+    );
   });
 
   it('says why it failed from the error message', async () => {
     const { kernel: k } = kernel(
-      [{ type: 'error', content: { ename: 'UsageError', evalue: '%restore failed: no checkpoint' } }],
+      [
+        {
+          type: 'error',
+          content: {
+            ename: 'UsageError',
+            evalue: '%restore failed: no checkpoint'
+          }
+        }
+      ],
       'error'
     );
     const result = await runMagic(k, 'restore');
@@ -91,7 +118,10 @@ describe('runMagic', () => {
 
   it('succeeds without a report from a kernel that displays none', async () => {
     const { kernel: k } = kernel([
-      { type: 'display_data', content: { data: { 'text/plain': 'Checkpoint c1 of a.ipynb: 1 saved' } } }
+      {
+        type: 'display_data',
+        content: { data: { 'text/plain': 'Checkpoint c1 of a.ipynb: 1 saved' } }
+      }
     ]);
     const result = await runMagic(k, 'checkpoint');
     assert.equal(result.ok, true);
@@ -101,7 +131,10 @@ describe('runMagic', () => {
 
   it('ignores a malformed report', async () => {
     const { kernel: k } = kernel([
-      { type: 'display_data', content: { data: { [REPORT_MIME]: { title: 'x' } } } }
+      {
+        type: 'display_data',
+        content: { data: { [REPORT_MIME]: { title: 'x' } } }
+      }
     ]);
     assert.equal((await runMagic(k, 'checkpoint')).report, null);
   });
@@ -109,7 +142,10 @@ describe('runMagic', () => {
 
 describe('collapseProgress', () => {
   it('keeps the last state of each rewritten line', () => {
-    assert.equal(collapseProgress('a 10%\ra 50%\ra 100%\nnext\n'), 'a 100%\nnext');
+    assert.equal(
+      collapseProgress('a 10%\ra 50%\ra 100%\nnext\n'),
+      'a 100%\nnext'
+    );
     assert.equal(collapseProgress(''), '');
   });
 });

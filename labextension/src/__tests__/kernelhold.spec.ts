@@ -29,7 +29,10 @@ function setup() {
 /** Whether a promise is still pending after the microtasks queued so far have run. */
 async function pending(p: Promise<unknown>): Promise<boolean> {
   const marker = Symbol('pending');
-  const first = await Promise.race([p, new Promise(r => setImmediate(() => r(marker)))]);
+  const first = await Promise.race([
+    p,
+    new Promise(r => setImmediate(() => r(marker)))
+  ]);
   return first === marker;
 }
 
@@ -73,7 +76,11 @@ describe('KernelHold', () => {
     ctx.hasNoKernel = false; // the resume's reconnect adopted the restored kernel's session
     hold.set('free');
     assert.equal(await run, false);
-    assert.equal(ctx.started, 0, 'no kernel of its own: the cell runs on the restored one');
+    assert.equal(
+      ctx.started,
+      0,
+      'no kernel of its own: the cell runs on the restored one'
+    );
   });
 
   it('starts a kernel after the resume for a notebook that has none', async () => {
@@ -152,7 +159,11 @@ describe('KernelHold.followRequest', () => {
     hold.attach(ctx);
     hold.followRequest('pause', 'sent', status('running'));
     const run = ctx.startKernel();
-    assert.equal(await pending(run), true, 'a cell run right after the click waits');
+    assert.equal(
+      await pending(run),
+      true,
+      'a cell run right after the click waits'
+    );
     hold.followRequest('pause', 'accepted', status('checkpointing'));
     assert.equal(hold.mode, 'busy');
     hold.set(hold.modeFor(status('paused')));
@@ -165,7 +176,11 @@ describe('KernelHold.followRequest', () => {
     hold.set(hold.modeFor(status('paused')));
     hold.followRequest('resume', 'sent', status('paused'));
     assert.equal(hold.mode, 'busy');
-    assert.equal(hold.modeFor(status('paused')), 'busy', 'a stale "paused" read keeps holding');
+    assert.equal(
+      hold.modeFor(status('paused')),
+      'busy',
+      'a stale "paused" read keeps holding'
+    );
     hold.followRequest('resume', 'failed', status('paused'));
     assert.equal(hold.mode, 'paused');
     assert.equal(hold.modeFor(status('paused')), 'paused');
@@ -192,14 +207,22 @@ describe('KernelHold.followRequest', () => {
     hold.attach(ctx);
     assert.equal(ctx.hasNoKernel, false, 'free: as JupyterLab says');
     hold.set('paused');
-    assert.equal(ctx.hasNoKernel, true, 'paused: the executor must go through startKernel()');
+    assert.equal(
+      ctx.hasNoKernel,
+      true,
+      'paused: the executor must go through startKernel()'
+    );
     hold.followRequest('resume', 'sent', status('paused'));
     assert.equal(ctx.hasNoKernel, true);
     const run = ctx.startKernel(); // what the cell executor does when hasNoKernel is true
     assert.equal(await pending(run), true, 'the run waits for the resume');
     hold.set(hold.modeFor(status('ready'))); // reconnected to the restored kernel
     assert.equal(await run, false);
-    assert.equal(ctx.hasNoKernel, false, 'the executor then runs the cell on that kernel');
+    assert.equal(
+      ctx.hasNoKernel,
+      false,
+      'the executor then runs the cell on that kernel'
+    );
     assert.equal(ctx.started, 0);
     assert.deepEqual(calls, { paused: 0, waiting: 1 });
   });
@@ -213,7 +236,12 @@ describe('holdModeOf', () => {
     assert.equal(holdModeOf(status('failed')), 'free');
     assert.equal(holdModeOf(status('paused')), 'paused');
     const flights = ['checkpointing', 'snapshotting', 'releasing', 'resuming'];
-    for (const s of [...flights, 'waiting_for_capacity', 'verifying', 'restoring']) {
+    for (const s of [
+      ...flights,
+      'waiting_for_capacity',
+      'verifying',
+      'restoring'
+    ]) {
       assert.equal(holdModeOf(status(s)), 'busy', s);
     }
   });

@@ -4,11 +4,21 @@ import { describe, it } from 'node:test';
 import { busyPaths, describeAction } from '../action';
 import { IReport, IStatus } from '../api';
 import { formatBytes, formatDuration } from '../format';
-import { durationRows, groupVariables, hasNewReport, reportHeadline } from '../report';
+import {
+  durationRows,
+  groupVariables,
+  hasNewReport,
+  reportHeadline
+} from '../report';
 import { describeStatus, isFlightActive, stepProgress } from '../status';
 import { trans } from './trans';
 
-const backend = { name: 'local', configured: true, can_pause: true, why_not: null };
+const backend = {
+  name: 'local',
+  configured: true,
+  can_pause: true,
+  why_not: null
+};
 
 function status(partial: Partial<IStatus>): IStatus {
   return {
@@ -20,7 +30,9 @@ function status(partial: Partial<IStatus>): IStatus {
     flight: null,
     timeline: [],
     backend,
-    kernels: [{ id: 'k1', name: 'python3', path: 'a.ipynb', execution_state: 'idle' }],
+    kernels: [
+      { id: 'k1', name: 'python3', path: 'a.ipynb', execution_state: 'idle' }
+    ],
     last_checkpoint: null,
     last_report: null,
     ...partial
@@ -32,7 +44,12 @@ const report: IReport = {
   outcome: 'restored',
   requested: '2026-11-30T05:00:00Z',
   usable: '2026-11-30T05:00:04.500Z',
-  durations: { start_kernels_s: 2.5, verify_s: 0.2, restore_s: 1.6, total_s: 4.5 },
+  durations: {
+    start_kernels_s: 2.5,
+    verify_s: 0.2,
+    restore_s: 1.6,
+    total_s: 4.5
+  },
   kernels: [
     {
       path: 'a.ipynb',
@@ -42,7 +59,13 @@ const report: IReport = {
       checkpoint_id: 'cp1',
       variables: [
         { name: 'x', kind: 'int', size: 28, status: 'restored', reason: null },
-        { name: 'df', kind: 'DataFrame', size: 2048, status: 'restored', reason: null },
+        {
+          name: 'df',
+          kind: 'DataFrame',
+          size: 2048,
+          status: 'restored',
+          reason: null
+        },
         {
           name: 'gen',
           kind: 'generator',
@@ -52,7 +75,13 @@ const report: IReport = {
           recomputable: true,
           cell: { execution_count: 3, source: 'gen = (i for i in range(3))' }
         },
-        { name: 'sock', kind: 'socket', status: 'skipped', reason: 'open socket', recomputable: false },
+        {
+          name: 'sock',
+          kind: 'socket',
+          status: 'skipped',
+          reason: 'open socket',
+          recomputable: false
+        },
         { name: 'm', kind: 'Module', status: 'failed', reason: 'HMAC mismatch' }
       ]
     }
@@ -80,13 +109,22 @@ describe('formatting', () => {
   });
 
   it('formats step progress as bytes for checkpoints, counts otherwise', () => {
-    const cp = stepProgress({ name: 'checkpoint', done: 1024 * 1024, total: 4 * 1024 * 1024 }, 'checkpointing');
+    const cp = stepProgress(
+      { name: 'checkpoint', done: 1024 * 1024, total: 4 * 1024 * 1024 },
+      'checkpointing'
+    );
     assert.equal(cp.text, '1.00 MiB / 4.00 MiB');
     assert.equal(cp.fraction, 0.25);
-    const kernels = stepProgress({ name: 'start_kernels', done: 1, total: 3 }, 'resuming');
+    const kernels = stepProgress(
+      { name: 'start_kernels', done: 1, total: 3 },
+      'resuming'
+    );
     assert.equal(kernels.text, '1 / 3');
     assert.deepEqual(stepProgress(null), { fraction: null, text: '' });
-    assert.equal(stepProgress({ name: 'checkpoint', done: 5, total: 0 }).fraction, null);
+    assert.equal(
+      stepProgress({ name: 'checkpoint', done: 5, total: 0 }).fraction,
+      null
+    );
     // done > total (a total that grew) is clamped
     assert.equal(stepProgress({ name: 'x', done: 9, total: 3 }).fraction, 1);
   });
@@ -116,7 +154,12 @@ describe('describeStatus', () => {
     const cp = describeStatus(
       status({
         state: 'checkpointing',
-        step: { name: 'checkpoint', done: 512 * 1024, total: 2 * 1024 * 1024, message: 'Checkpointing a.ipynb' }
+        step: {
+          name: 'checkpoint',
+          done: 512 * 1024,
+          total: 2 * 1024 * 1024,
+          message: 'Checkpointing a.ipynb'
+        }
       }),
       null,
       trans
@@ -128,7 +171,11 @@ describe('describeStatus', () => {
   });
 
   it('tells live from restored from fresh', () => {
-    const live = describeStatus(status({ state: 'ready', outcome: 'live' }), null, trans);
+    const live = describeStatus(
+      status({ state: 'ready', outcome: 'live' }),
+      null,
+      trans
+    );
     assert.equal(live.label, 'Ready (live)');
     const restored = describeStatus(
       status({ state: 'ready', outcome: 'restored', last_report: report }),
@@ -137,7 +184,11 @@ describe('describeStatus', () => {
     );
     assert.equal(restored.label, 'Restored from checkpoint');
     assert.match(restored.tooltip, /4\.5 s/);
-    const fresh = describeStatus(status({ state: 'ready', outcome: 'fresh' }), null, trans);
+    const fresh = describeStatus(
+      status({ state: 'ready', outcome: 'fresh' }),
+      null,
+      trans
+    );
     assert.equal(fresh.label, 'Ready (fresh kernel)');
     assert.equal(fresh.severity, 'warn');
   });
@@ -158,13 +209,20 @@ describe('describeStatus', () => {
     assert.match(failed.tooltip, /What to do: Wait for the cell/);
     assert.equal(failed.severity, 'error');
     const resumeFailed = describeStatus(
-      status({ state: 'failed', reason: 'x', flight: { id: 'f2', kind: 'resume' } }),
+      status({
+        state: 'failed',
+        reason: 'x',
+        flight: { id: 'f2', kind: 'resume' }
+      }),
       null,
       trans
     );
     assert.equal(resumeFailed.label, 'Resume failed');
     const waiting = describeStatus(
-      status({ state: 'waiting_for_capacity', reason: 'no nvidia-l4 node free in us-central1' }),
+      status({
+        state: 'waiting_for_capacity',
+        reason: 'no nvidia-l4 node free in us-central1'
+      }),
       null,
       trans
     );
@@ -172,7 +230,11 @@ describe('describeStatus', () => {
   });
 
   it('says when the server cannot be read', () => {
-    const view = describeStatus(null, 'the jupyter_pause server extension is not running', trans);
+    const view = describeStatus(
+      null,
+      'the jupyter_pause server extension is not running',
+      trans
+    );
     assert.equal(view.state, 'unavailable');
     assert.match(view.tooltip, /not running/);
     assert.equal(describeStatus(null, null, trans).state, 'unknown');
@@ -182,7 +244,12 @@ describe('describeStatus', () => {
     const view = describeStatus(
       status({
         state: 'paused',
-        last_checkpoint: { id: 'cp7', created: '2026-11-30T05:00:00Z', bytes_total: 3 * 1024 * 1024, kernels: 2 }
+        last_checkpoint: {
+          id: 'cp7',
+          created: '2026-11-30T05:00:00Z',
+          bytes_total: 3 * 1024 * 1024,
+          kernels: 2
+        }
       }),
       null,
       trans
@@ -199,11 +266,19 @@ describe('describeAction', () => {
   });
 
   it('disables Pause while a cell runs, naming the notebook', () => {
-    const a = describeAction(status({}), null, [{ path: 'train.ipynb' }], false, trans);
+    const a = describeAction(
+      status({}),
+      null,
+      [{ path: 'train.ipynb' }],
+      false,
+      trans
+    );
     assert.equal(a.enabled, false);
     assert.match(a.tooltip, /running in train\.ipynb/);
     const server = describeAction(
-      status({ kernels: [{ id: 'k', path: 'b.ipynb', execution_state: 'busy' }] }),
+      status({
+        kernels: [{ id: 'k', path: 'b.ipynb', execution_state: 'busy' }]
+      }),
       null,
       [],
       false,
@@ -212,7 +287,9 @@ describe('describeAction', () => {
     assert.equal(server.enabled, false);
     assert.match(server.tooltip, /b\.ipynb/);
     const two = describeAction(
-      status({ kernels: [{ id: 'k', path: 'b.ipynb', execution_state: 'busy' }] }),
+      status({
+        kernels: [{ id: 'k', path: 'b.ipynb', execution_state: 'busy' }]
+      }),
       null,
       [{ path: 'a.ipynb' }],
       false,
@@ -222,13 +299,24 @@ describe('describeAction', () => {
   });
 
   it('disables Pause while a pause runs, and when the backend cannot pause', () => {
-    for (const state of ['checkpointing', 'snapshotting', 'releasing'] as const) {
+    for (const state of [
+      'checkpointing',
+      'snapshotting',
+      'releasing'
+    ] as const) {
       const a = describeAction(status({ state }), null, [], false, trans);
       assert.equal(a.enabled, false);
       assert.match(a.tooltip, /already running/);
     }
     const no = describeAction(
-      status({ backend: { name: 'gke', configured: true, can_pause: false, why_not: 'no VolumeSnapshotClass' } }),
+      status({
+        backend: {
+          name: 'gke',
+          configured: true,
+          can_pause: false,
+          why_not: 'no VolumeSnapshotClass'
+        }
+      }),
       null,
       [],
       false,
@@ -247,20 +335,45 @@ describe('describeAction', () => {
   });
 
   it('becomes Resume when paused, disabled while a resume runs', () => {
-    const paused = describeAction(status({ state: 'paused' }), null, [], false, trans);
-    assert.deepEqual([paused.mode, paused.enabled, paused.label], ['resume', true, 'Resume']);
-    for (const state of ['resuming', 'waiting_for_capacity', 'verifying', 'restoring'] as const) {
+    const paused = describeAction(
+      status({ state: 'paused' }),
+      null,
+      [],
+      false,
+      trans
+    );
+    assert.deepEqual(
+      [paused.mode, paused.enabled, paused.label],
+      ['resume', true, 'Resume']
+    );
+    for (const state of [
+      'resuming',
+      'waiting_for_capacity',
+      'verifying',
+      'restoring'
+    ] as const) {
       const a = describeAction(status({ state }), null, [], false, trans);
       assert.deepEqual([a.mode, a.enabled], ['resume', false]);
     }
     // A request in flight: no double click.
-    assert.equal(describeAction(status({ state: 'paused' }), null, [], true, trans).enabled, false);
-    assert.equal(describeAction(status({}), null, [], true, trans).enabled, false);
+    assert.equal(
+      describeAction(status({ state: 'paused' }), null, [], true, trans)
+        .enabled,
+      false
+    );
+    assert.equal(
+      describeAction(status({}), null, [], true, trans).enabled,
+      false
+    );
   });
 
   it('offers the right retry after a failure', () => {
     const pauseFailed = describeAction(
-      status({ state: 'failed', reason: 'disk full', flight: { id: 'f', kind: 'pause' } }),
+      status({
+        state: 'failed',
+        reason: 'disk full',
+        flight: { id: 'f', kind: 'pause' }
+      }),
       null,
       [],
       false,
@@ -268,13 +381,20 @@ describe('describeAction', () => {
     );
     assert.deepEqual([pauseFailed.mode, pauseFailed.enabled], ['pause', true]);
     const resumeFailed = describeAction(
-      status({ state: 'failed', reason: 'no capacity', flight: { id: 'f', kind: 'resume' } }),
+      status({
+        state: 'failed',
+        reason: 'no capacity',
+        flight: { id: 'f', kind: 'resume' }
+      }),
       null,
       [],
       false,
       trans
     );
-    assert.deepEqual([resumeFailed.mode, resumeFailed.enabled], ['resume', true]);
+    assert.deepEqual(
+      [resumeFailed.mode, resumeFailed.enabled],
+      ['resume', true]
+    );
     assert.match(resumeFailed.tooltip, /no capacity/);
   });
 
@@ -297,15 +417,28 @@ describe('describeAction', () => {
     const at = new Date(2026, 11, 1, 10, 42, 5).toISOString();
     const withTime = status({
       ...failed,
-      resume_from: { offered: true, checkpoints: [{ path: 'a.ipynb', created: at, age_s: 200 }] }
+      resume_from: {
+        offered: true,
+        checkpoints: [{ path: 'a.ipynb', created: at, age_s: 200 }]
+      }
     });
-    assert.match(describeAction(withTime, null, [], false, trans).tooltip, /a\.ipynb: the checkpoint of 10:42/);
+    assert.match(
+      describeAction(withTime, null, [], false, trans).tooltip,
+      /a\.ipynb: the checkpoint of 10:42/
+    );
     const view = describeStatus(failed, null, trans);
     assert.equal(view.state, 'failed');
-    assert.match(view.tooltip, /Resume restores the previous checkpoint: a\.ipynb: a checkpoint 2 hours old/);
+    assert.match(
+      view.tooltip,
+      /Resume restores the previous checkpoint: a\.ipynb: a checkpoint 2 hours old/
+    );
     // No way back left (no earlier checkpoint): pausing again is the action.
     const none = describeAction(
-      status({ state: 'failed', reason: 'kernel died', resume_available: false }),
+      status({
+        state: 'failed',
+        reason: 'kernel died',
+        resume_available: false
+      }),
       null,
       [],
       false,
@@ -324,10 +457,22 @@ describe('describeAction', () => {
 describe('report', () => {
   it('groups variables by what happened to them', () => {
     const g = groupVariables(report.kernels![0].variables);
-    assert.deepEqual(g.restored.map(v => v.name), ['df', 'x']);
-    assert.deepEqual(g.recomputable.map(v => v.name), ['gen']);
-    assert.deepEqual(g.skipped.map(v => v.name), ['sock']);
-    assert.deepEqual(g.failed.map(v => v.name), ['m']);
+    assert.deepEqual(
+      g.restored.map(v => v.name),
+      ['df', 'x']
+    );
+    assert.deepEqual(
+      g.recomputable.map(v => v.name),
+      ['gen']
+    );
+    assert.deepEqual(
+      g.skipped.map(v => v.name),
+      ['sock']
+    );
+    assert.deepEqual(
+      g.failed.map(v => v.name),
+      ['m']
+    );
     assert.deepEqual(g.live, []);
     assert.deepEqual(groupVariables(undefined).restored, []);
   });
@@ -341,7 +486,9 @@ describe('report', () => {
       {
         flight_id: 'f',
         outcome: 'live',
-        kernels: [{ outcome: 'live', variables: [{ name: 'x', status: 'live' }] }]
+        kernels: [
+          { outcome: 'live', variables: [{ name: 'x', status: 'live' }] }
+        ]
       },
       trans
     );
@@ -362,10 +509,17 @@ describe('report', () => {
   });
 
   it('announces a report once, and never one from before the page loaded', () => {
-    const ready = status({ state: 'ready', outcome: 'restored', last_report: report });
+    const ready = status({
+      state: 'ready',
+      outcome: 'restored',
+      last_report: report
+    });
     assert.equal(hasNewReport(null, ready), true);
     assert.equal(hasNewReport('f2', ready), false);
-    assert.equal(hasNewReport('f1', status({ state: 'restoring', last_report: report })), false);
+    assert.equal(
+      hasNewReport('f1', status({ state: 'restoring', last_report: report })),
+      false
+    );
   });
 });
 
@@ -379,10 +533,12 @@ describe('helpers', () => {
 
   it('merges busy kernels from both sides without duplicates', () => {
     assert.deepEqual(
-      busyPaths(status({ kernels: [{ id: 'k', path: 'a.ipynb', execution_state: 'busy' }] }), [
-        { path: 'a.ipynb' },
-        { path: 'c.ipynb' }
-      ]),
+      busyPaths(
+        status({
+          kernels: [{ id: 'k', path: 'a.ipynb', execution_state: 'busy' }]
+        }),
+        [{ path: 'a.ipynb' }, { path: 'c.ipynb' }]
+      ),
       ['a.ipynb', 'c.ipynb']
     );
   });

@@ -89,7 +89,7 @@ class Report:
             ]
             widths = [max(len(row[i]) for row in table) for i in range(3)]
             for row in table:
-                lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[3])
+                lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[3])
         if len(self.rows) > MAX_ROWS:
             lines.append(f"... and {len(self.rows) - MAX_ROWS} more")
         lines.extend(self.notes)

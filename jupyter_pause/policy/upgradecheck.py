@@ -41,6 +41,7 @@ from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.connect import write_connection_file
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
+from ..atomicfile import replace_file
 from ..journal import make_private_dir
 from ..server.bridge import run_bridge
 
@@ -153,7 +154,7 @@ def pid_alive(pid: int | None) -> bool:
 
 
 def kill_kernel(pid: int | None, timeout: float = 5.0) -> None:
-    if not pid_alive(pid):
+    if pid is None or not pid_alive(pid):
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
@@ -280,21 +281,15 @@ async def prepare(*, state_dir: str, store_url: str | None = None, key_path: str
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
-    """Durable and atomic: temp file, fsync, rename."""
-    tmp = path + ".tmp"
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w",
-              encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Durable and atomic; 0600, like every file of the check's folder."""
+    replace_file(path, json.dumps(data, indent=1))
 
 
 def _read_json(path: str) -> dict[str, Any]:
     with open(path, encoding="utf-8") as fh:
         data = json.load(fh)
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a JSON object")  # noqa: TRY004 - a bad file, not a bug
+        raise ValueError(f"{path}: not a JSON object")
     return data
 
 
@@ -311,7 +306,7 @@ def load_state(state_dir: str) -> dict[str, Any] | None:
 async def _try_live(st: dict[str, Any], out: Outcome, timeout: float) -> bool | None:
     """True: live and the value is back; False: not live; None: live process, wrong value."""
     pid = st.get("pid")
-    if not pid_alive(pid) or not os.path.exists(st.get("connection_file") or ""):
+    if not pid_alive(pid) or not os.path.exists(st.get("connection_file") or ""):  # noqa: ASYNC240 - one stat
         out.checks.append(Check("process", "gone", f"the prepared kernel (pid {pid}) is not "
                                                    "running"))
         return False

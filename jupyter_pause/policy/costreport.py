@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ..journal import FLIGHT_REQUESTS, Event, History, by_flight, iso
+from ..journal import Event, History, by_flight, iso
+from ..vocabulary import FLIGHT_REQUESTS
 from .stats import distribution, hours
 
 PERIODS = ("day", "week", "all")
@@ -304,7 +306,7 @@ def _recovery_stats(events: list[Event]) -> dict:
 
 
 def _section(fl: list[Flight], held, released, s: float, e: float,
-             events: list[Event] = ()) -> dict:
+             events: Sequence[Event] = ()) -> dict:
     held_h = _accel_hours(held, s, e)
     rel_h = _accel_hours(released, s, e)
     return {
