@@ -31,6 +31,8 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import psutil
 
+from tests.kerneldriver import KernelDriver
+
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self from Python 3.11
 
@@ -323,40 +325,24 @@ class JupyterProcess:
         kc.start_channels(hb=False)
         return kc
 
+    def driver(self, kernel_id: str) -> KernelDriver:
+        """A :class:`KernelDriver` of the kernel, ready (close it, or use it in ``with``)."""
+        k = KernelDriver(self.kernel_client(kernel_id))
+        try:
+            return k.ready()
+        except BaseException:
+            k.close()
+            raise
+
     def output(self, kernel_id: str, code: str, timeout: float = 120) -> str:
         """Run a cell; its stdout (fails on an error in the cell)."""
-        kc = self.kernel_client(kernel_id)
-        out: list[str] = []
-
-        def hook(msg: dict[str, Any]) -> None:
-            if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
-                out.append(msg["content"]["text"])
-
-        try:
-            # Until the IOPub subscription is up the kernel's output and idle would be lost
-            # (a slow joiner): wait_for_ready returns once IOPub delivered a message.
-            kc.wait_for_ready(timeout=60)
-            reply = kc.execute_interactive(code, timeout=timeout, output_hook=hook)
-            assert reply["content"]["status"] == "ok", reply["content"]
-        finally:
-            kc.stop_channels()
-        return "".join(out)
+        with self.driver(kernel_id) as k:
+            return k.ok(code, timeout=timeout, allow_traceback=True).stdout
 
     def send(self, code: str, kernel_id: str) -> None:
         """Start a cell and do not wait for it (a kernel left busy)."""
-        kc = self.kernel_client(kernel_id)
-        try:
-            kc.wait_for_ready(timeout=60)
-            msg_id = kc.execute(code)
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:  # closing at once could drop the request
-                msg = kc.get_iopub_msg(timeout=60)
-                if (msg["parent_header"].get("msg_id") == msg_id
-                        and msg["msg_type"] == "execute_input"):
-                    return
-            raise TimeoutError("the cell did not start")
-        finally:
-            kc.stop_channels()
+        with self.driver(kernel_id) as k:
+            k.start(code)
 
 
 class InProcessServer:

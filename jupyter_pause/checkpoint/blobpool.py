@@ -79,7 +79,7 @@ class BlobPool:
                 import xxhash  # only with a change-detection cache
 
                 h = xxhash.xxh3_128()
-                for c in chunks:
+                for c in chunks() if callable(chunks) else chunks:  # a source is read again below
                     h.update(c)
                 x = h.hexdigest()
                 hit = self.cache.chunks.get(x)

@@ -99,7 +99,9 @@ class WriteCache:
         cands = list(self.storage_hashes.get(xxh3, ()))
         if self.store_url is not None:
             with _restored_lock:
-                cands += _restored.get(self.store_url, {}).get(xxh3, ())
+                restored = _restored.get(self.store_url)
+                if restored is not None:
+                    cands += restored.get(xxh3, ())
         for old in cands:
             if old.get("nbytes") == nbytes and (taken is None or _where(old) not in taken):
                 return old

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from . import cache as _cache
@@ -141,8 +142,8 @@ class TensorPacks:
             hash_names = {f"t{gi}" for gi, _, _ in shard if gi in self.deferred}
             # a source, not a generator: object stores read it twice (name, then upload); device
             # storages are copied to host one at a time, in the writer thread
-            f = self.run.put(lambda layout=layout, hn=hash_names: tensors.pack_chunks(
-                layout, self._record, hn), "tensors", size, cached=False)
+            f = self.run.put(functools.partial(tensors.pack_chunks, layout, self._record,
+                                               hash_names), "tensors", size, cached=False)
             for gi, _, _ in shard:
                 self.entries[gi]["blob"] = f
                 self.entries[gi]["pack_size"] = size

@@ -123,6 +123,7 @@ class _Verifier:
         if n != size:
             raise self._bad(digest, f"has the wrong size ({n} != {size})")
         buf = _private_buffer(size)
+        assert self.store.budget is not None  # set for every object store
         got = objectstore.download(fs, path, size, h, buf, self.store.budget, self._tick)
         return buf, got
 

@@ -145,7 +145,8 @@ def host_pieces(us: Any, piece: int = HOST_PIECE, purpose: str = "hash") -> Iter
     for a in range(0, us.nbytes(), piece):
         host = flat[a : a + piece].cpu()
         DEVICE_COPIES.add(purpose, host.numel())
-        yield memoryview(host.numpy())
+        # numpy's stubs declare ndarray.__buffer__ for Python >= 3.12 only
+        yield memoryview(host.numpy())  # type: ignore[arg-type]
 
 
 def storage_xxh3(us: Any) -> str:

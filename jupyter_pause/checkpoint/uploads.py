@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -183,7 +184,7 @@ class _S3Upload(_Upload):
                     self.began = True
                 n, self.next_part = self.next_part, self.next_part + 1
                 fut = self._call("upload_part", PartNumber=n, UploadId=self.mpu, Body=buf)
-                fut.add_done_callback(lambda f, n=n: self._record(n, f))
+                fut.add_done_callback(functools.partial(self._record, n))
         except BaseException:
             self.budget.release(held)
             raise

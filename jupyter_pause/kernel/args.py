@@ -62,10 +62,11 @@ def parse(magic: Callable[..., Any], line: str) -> argparse.Namespace:
     POSIX quoting (``shlex``), as in a shell: IPython's own ``parse_argstring`` keeps the quotes
     around a quoted path. ``HelpShown`` after ``--help``; every mistake one ``UsageError``."""
     prog = f"%{magic.__name__}"
-    parser = magic.parser
+    # IPython's (untyped) magic_arguments attaches the parser to the function at run time
+    parser: argparse.ArgumentParser = magic.parser  # type: ignore[attr-defined]
     parser.allow_abbrev = False  # "--max" must not quietly mean --max-size (or, later, another)
     try:
-        ns: Any = parser.parse_args(shlex.split(line or ""))
+        ns = parser.parse_args(shlex.split(line or ""))
     except ValueError as e:  # shlex: an unclosed quote
         raise UsageError(f"{prog}: {e}") from None
     except UsageError as e:

@@ -149,6 +149,7 @@ class Autosave:
         t0 = time.perf_counter()
         with self._lock:
             self._in_cell = True
+        forkwrite.thaw()  # the person's code never runs with the collector frozen
         self.cancel(for_cell=True)
         self._held(t0)
 

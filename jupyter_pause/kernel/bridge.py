@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ..checkpoint import errors as cp_errors
@@ -280,7 +281,7 @@ def autosave(
         return _fail(e)
 
 
-_FUNCS = {
+_FUNCS: dict[str, Callable[..., str]] = {
     "autosave": autosave,
     "checkpoint": checkpoint,
     "restore": restore,

@@ -26,6 +26,7 @@ import pickle
 import signal
 import struct
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -98,25 +99,42 @@ def _good(store_url: str) -> dict[str, Any]:
         return {d: st for (url, d), st in goodblobs._good.items() if url == store_url}
 
 
+_frozen = False  # the collector is frozen by us and not thawed yet
+_frozen_lock = threading.Lock()
+
+
 def _freeze_gc() -> bool:
-    """Move every object the collector tracks to its permanent generation for the child's life.
+    """Move every object the collector tracks to its permanent generation while the kernel is
+    idle and the child writes.
 
     Why: a collection of the old generation writes into the header of every object it scans,
-    so in the parent (a cell that allocates) and in the child (the pickling) it would copy on
-    write every page of a large namespace while the child lives: a cell then pays for copying
-    the namespace. The gc module's documentation gives this use of ``gc.freeze()`` before a
-    fork. Objects made meanwhile are collected as usual; the frozen ones go back to the oldest
-    generation when the child is done (``_unfreeze_gc``), so a cycle among them is collected
-    later, not never. A notebook that froze objects itself is left as it is."""
-    if gc.get_freeze_count() or not gc.isenabled():
-        return False
-    gc.freeze()
-    return True
+    so in the parent and in the child (the pickling allocates) it would copy on write every
+    page of a large namespace while the child lives. The gc module's documentation gives this
+    use of ``gc.freeze()`` before a fork. The person's code never runs frozen: a cell that
+    starts thaws it (:func:`thaw`, from the autosave's pre-run hook), so ``gc.collect()``,
+    ``gc.get_objects()`` and ``gc.get_referrers()`` see everything as usual, and the child
+    keeps its own frozen copy. A notebook that froze objects itself is left as it is."""
+    global _frozen
+    with _frozen_lock:
+        if gc.get_freeze_count() or not gc.isenabled():
+            return False
+        gc.freeze()
+        _frozen = True
+        return True
+
+
+def thaw() -> None:
+    """Put what :func:`_freeze_gc` froze back into the oldest generation (once)."""
+    global _frozen
+    with _frozen_lock:
+        if _frozen:
+            _frozen = False
+            gc.unfreeze()
 
 
 def _unfreeze_gc(froze: bool) -> None:
     if froze:
-        gc.unfreeze()
+        thaw()
 
 
 def write_in_child(write: Callable[[Callable[[Any], Any]], Any], store_url: str,

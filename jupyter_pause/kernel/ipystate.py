@@ -22,7 +22,7 @@ from ..checkpoint.procstate import (
     scalar,
     settings,
 )
-from ..variables import row
+from ..variables import VariableRow, row
 
 _IN_MAX_BYTES = 256 * 1024  # input history kept in the manifest (the newest cells)
 _NOT_CONFIG = ("IPKernelApp", "KernelApp", "TerminalIPythonApp")  # the launch's, not %config's
@@ -102,13 +102,13 @@ def is_output_name(name: Any) -> bool:
     return isinstance(name, str) and name[:1] == "_" and name[1:].isdigit()
 
 
-def output_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def output_row(rows: list[VariableRow]) -> VariableRow | None:
     """The one process-state row for the ``_n`` rows of a report (which it leaves out)."""
     outs = [r for r in rows if is_output_name(r.get("name"))]
     if not outs:
         return None
     good = [r for r in outs if r.get("status") in ("saved", "restored")]
-    bad = [f"Out[{r['name'][1:]}]: {r.get('reason') or r.get('status')}" for r in outs
+    bad = [f"Out[{str(r['name'])[1:]}]: {r.get('reason') or r.get('status')}" for r in outs
            if r not in good]
     status = (good[0]["status"] if good else outs[0].get("status")) or "skipped"
     why = f"{len(good)} of {len(outs)} outputs" + (f"; {'; '.join(bad[:3])}" if bad else "")

@@ -11,6 +11,8 @@ import os
 import time
 from typing import Any
 
+from ..variables import VariableRow
+
 _token: str | None = None
 _armed_at: float | None = None
 _never_pause: bool = False
@@ -40,7 +42,7 @@ def never_pause() -> bool:
 
 
 def mark_restored(
-    checkpoint_id: str | None, by: str, variables: list[dict[str, Any]] | None = None
+    checkpoint_id: str | None, by: str, variables: list[VariableRow] | None = None
 ) -> None:
     """Remember the restore, with its per-variable rows: the server reports them when it finds
     a kernel that restored itself (``%resume``), as it does for a restore it ran."""
@@ -53,7 +55,7 @@ def mark_restored(
     }
 
 
-def update_restored(rows: list[dict[str, Any]]) -> None:
+def update_restored(rows: list[VariableRow]) -> None:
     """Replace the restore's rows that a later recompute changed (matched by name)."""
     if not _restored:
         return

@@ -194,7 +194,7 @@ class PauseMagics(Magics):
         notes = [f"warning: {w}" for w in out.warnings]
         if out.modules:
             notes.append("re-imported: " + ", ".join(out.modules))
-        pending = [r["name"] for r in rows if r["recomputable"]]
+        pending = [str(r["name"]) for r in rows if r["recomputable"]]
         if pending and not recompute:
             notes.append(
                 f"{', '.join(pending)}: not stored; %restore --recompute re-runs the "

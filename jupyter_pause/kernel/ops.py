@@ -16,7 +16,7 @@ from typing import Any
 from .. import checkpoint as cp
 from ..checkpoint.retention import is_autosave
 from ..statefile import protected_ids
-from ..variables import as_row, is_recomputable, row, set_status
+from ..variables import VariableRow, as_row, is_recomputable, row, set_status
 from . import ipystate, liveness, namespace, provenance
 from .variablereport import apply_load_notes
 
@@ -138,9 +138,9 @@ def do_checkpoint(
     out_row = ipystate.output_row([as_row(v) for v in res.variables])
     if out_row is not None:
         res.variables = [v for v in res.variables if not ipystate.is_output_name(v.name)]
-        res.process_state.append(cp.VariableReport(
-            out_row["name"], out_row["kind"], out_row["size"] or 0, out_row["status"],
-            out_row["reason"]))
+        res.process_state.append(cp.VariableReport(  # output_row's fields are all set
+            str(out_row["name"]), str(out_row["kind"]), out_row["size"] or 0,
+            str(out_row["status"]), out_row["reason"]))
     return res
 
 
@@ -163,7 +163,7 @@ class Restored:
         self.result = rr
         self.checkpoint_id = rr.manifest.id
         rows = [as_row(v) for v in rr.variables]
-        self.variables: list[dict[str, Any]] = [
+        self.variables: list[VariableRow] = [
             r for r in rows if not ipystate.is_output_name(r["name"])]
         # rows of the variables' shape, kind procstate.KIND: what of the process came back
         self.process_state = [as_row(v) for v in getattr(rr, "process_state", None) or []]
@@ -177,7 +177,7 @@ class Restored:
 
 
 # The last restore's variable reports, for bridge.recompute() called later by the server.
-last_restored_variables: list[dict[str, Any]] | None = None
+last_restored_variables: list[VariableRow] | None = None
 
 
 def do_restore(
@@ -229,13 +229,15 @@ def do_restore(
         if rr.manifest.process and not out.process_state:
             out.warnings.append("process state (random streams, cwd, settings) left as it is: "
                                 "a partial restore; --process-state restores it too")
-    prov.adopt({v["name"]: v.get("cell") for v in out.variables if v["name"] in values})
+    prov.adopt({v["name"]: v.get("cell") for v in out.variables
+                if v["name"] is not None and v["name"] in values})
     prov.adopt(dict.fromkeys(modules))
     prov.pending.update(
         {
             v["name"]: v["cell"]
             for v in out.variables
-            if v["recomputable"] and v["name"] not in values
+            if v["recomputable"] and v["name"] is not None and v["cell"] is not None
+            and v["name"] not in values
         }
     )
     liveness.mark_restored(out.checkpoint_id, by, out.variables)
@@ -278,22 +280,22 @@ def _quiet_tracebacks(ip: Any) -> Iterator[None]:
 
 def recompute(
     ip: Any,
-    variables: list[dict[str, Any]],
+    variables: list[VariableRow],
     names: Iterable[str] | None = None,
     *,
     silent: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[VariableRow]:
     """Re-run, in execution order, the recorded cells of variables that could not be restored.
 
     Returns ``variables`` with those rows' status set to "recomputed" or "failed". Variables that
     exist (restored from the checkpoint, or defined since) win over what a re-run cell rebinds as
     a side effect: they are the newer state; the re-run only fills the gaps."""
     wanted = set(names) if names is not None else None
-    rows = [dict(v) for v in variables]
-    targets_by_cell: dict[tuple[Any, str], list[dict[str, Any]]] = {}
+    rows = [v.copy() for v in variables]
+    targets_by_cell: dict[tuple[Any, str], list[VariableRow]] = {}
     for r in rows:
         cell = r.get("cell")
-        if not is_recomputable(r.get("status"), cell):
+        if cell is None or not is_recomputable(r.get("status"), cell):
             continue
         if wanted is not None and r["name"] not in wanted:
             continue
@@ -320,7 +322,7 @@ def recompute(
         cell = {"execution_count": key[0], "source": key[1]}
         for r in group:
             name = r["name"]
-            if error is None and name in ns:
+            if error is None and name is not None and name in ns:
                 set_status(r, "recomputed", f"re-ran cell [{key[0]}]")
                 prov.adopt({name: cell})
             else:  # still recomputable: a later try may succeed

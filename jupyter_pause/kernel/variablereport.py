@@ -7,10 +7,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..units import format_bytes
-from ..variables import RECOMPUTABLE, as_row, counts, set_status, summary
+from ..variables import RECOMPUTABLE, VariableRow, as_row, counts, set_status, summary
 
 _OK, _WARN = "var(--jp-success-color1, #2e7d32)", "var(--jp-warn-color1, #ef6c00)"
-_STATUS_COLOR = {"saved": _OK, "restored": _OK, "recomputed": _OK, "live": _OK,
+_STATUS_COLOR: dict[str | None, str] = {"saved": _OK, "restored": _OK, "recomputed": _OK, "live": _OK,
                  "skipped": _WARN, "stale": _WARN, "failed": "var(--jp-error-color1, #c62828)"}
 MAX_ROWS = 200  # a namespace of thousands of names should not flood the notebook
 # The report as JSON next to text and HTML: JupyterLab's Checkpoint Now / Restore from
@@ -18,12 +18,13 @@ MAX_ROWS = 200  # a namespace of thousands of names should not flood the noteboo
 REPORT_MIME = "application/vnd.jupyter-pause.report+json"
 
 
-def apply_load_notes(rows: list[dict[str, Any]], notes: Mapping[str, list[str]]) -> None:
+def apply_load_notes(rows: list[VariableRow], notes: Mapping[str, list[str]]) -> None:
     """Rows of variables that came back only in part (e.g. a tensor without its autograd graph):
     not "restored" but "stale", with what was lost, so that --recompute re-runs their cell.
     The partial value stays in the namespace: it is still the best there is until then."""
     for r in rows:
-        lost = notes.get(r["name"]) if r["status"] == "restored" else None
+        name = r["name"]
+        lost = notes.get(name) if r["status"] == "restored" and name is not None else None
         if lost:
             set_status(r, "stale", "; ".join(dict.fromkeys(lost)))
 
@@ -51,14 +52,14 @@ class Report:
         }
 
     @staticmethod
-    def _size(r: dict[str, Any]) -> str:
+    def _size(r: VariableRow) -> str:
         # Nothing was measured for an object that could not be serialized.
         if not r.get("size") and r["status"] in RECOMPUTABLE:
             return "-"
         return format_bytes(r.get("size"))
 
     @staticmethod
-    def _why(r: dict[str, Any]) -> str:
+    def _why(r: VariableRow) -> str:
         why = r.get("reason") or ""
         cell = r.get("cell")
         if (
@@ -83,7 +84,7 @@ class Report:
                     str(r["name"]),
                     str(r["kind"] or "-"),
                     self._size(r),
-                    r["status"] + (f" ({self._why(r)})" if self._why(r) else ""),
+                    str(r["status"]) + (f" ({self._why(r)})" if self._why(r) else ""),
                 )
                 for r in rows
             ]

@@ -135,7 +135,9 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
         True, help="Start kernels with THP_MEM_ALLOC_ENABLE=1 (unless the environment sets it): "
         "torch then backs large CPU tensors with transparent huge pages, so the fork of an "
         "autosave copies one page-table entry per 2 MiB instead of per 4 KiB (a 4 GiB state: "
-        "about a quarter of the time, and a cell writing a tensor meanwhile is held less).",
+        "about a quarter of the time, and a cell writing a tensor meanwhile is held less). "
+        "Cost: each CPU allocation of 2 MiB or more is aligned to 2 MiB pages, and a write "
+        "during an autosave copies 2 MiB at a time; set False in a pod sized to the byte.",
     ).tag(config=True)
     extension_modules = List(
         Unicode(),
@@ -316,6 +318,11 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
         # answer requests while this method waits, and a session opened then must be guarded
         # and restored like any other.
         kernelguard.install(lc)
+        # How a stop was asked for, and a SIGINT without a terminal routed to a clean stop:
+        # before the first await too (a signal in that window must still stop cleanly).
+        self._stop_watch = jupyter_seams.StopTrigger(serverapp)
+        self._sigint = jupyter_seams.SigintStop()
+        self._sigint.install(serverapp)
         await lc.start()
         self._started = True
         self._restarts = RestartWatch(serverapp)
@@ -325,10 +332,6 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
         self._deaths.start()
         self._renames = kernelguard.RenameWatch(lc)
         self._renames.start()
-        self._stop_watch = jupyter_seams.StopTrigger(serverapp)
-        if self.checkpoint_on_shutdown:
-            self._sigint = jupyter_seams.SigintStop()
-            self._sigint.install(serverapp)
         if self.activity_interval > 0:
             self._activity = PeriodicCallback(lc.sample_activity,
                                               self.activity_interval * 1000)
@@ -365,8 +368,15 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
     async def _stop_extension(self) -> None:
         if self._stop_trigger is None and self._stop_watch is not None:
             self._stop_trigger = self._stop_watch.trigger()
-        if self._sigint is not None:
-            self._sigint.restore()
+        try:
+            await self._stop_all()
+        finally:
+            # Only now: a second SIGINT during the checkpoint must wait for this stop (our
+            # handler), not interrupt it with KeyboardInterrupt out of the event loop.
+            if self._sigint is not None:
+                self._sigint.restore()
+
+    async def _stop_all(self) -> None:
         for module in self._modules or ():
             if hasattr(module, "stop"):
                 try:

@@ -61,7 +61,7 @@ def refusal_message(refused: list[Uncheckpointable]) -> str:
 
 
 async def find(serverapp: Any, records: list[KernelRecord], timeout: float, *,
-               skip_busy: bool = False) -> list[Uncheckpointable]:
+               skip_busy: bool = False, fresh: bool = False) -> list[Uncheckpointable]:
     """The kernels of ``records`` that cannot be checkpointed.
 
     ``skip_busy``: a busy Python kernel is not asked (its answer would wait for the running
@@ -71,7 +71,8 @@ async def find(serverapp: Any, records: list[KernelRecord], timeout: float, *,
     """
 
     async def one(rec: KernelRecord) -> Uncheckpointable | None:
-        side = await side_of(serverapp, rec.kernel_id, timeout, skip_busy=skip_busy)
+        side = await side_of(serverapp, rec.kernel_id, timeout, skip_busy=skip_busy,
+                             fresh=fresh)
         if side.checkpointable:
             return None
         return Uncheckpointable(kernel_id=rec.kernel_id, path=rec.path, kernel=rec.kernel_name,
@@ -83,7 +84,7 @@ async def find(serverapp: Any, records: list[KernelRecord], timeout: float, *,
 
 
 async def side_of(serverapp: Any, kernel_id: str, timeout: float, *,
-                  skip_busy: bool = False) -> KernelSide:
+                  skip_busy: bool = False, fresh: bool = False) -> KernelSide:
     """The kernel's side, asked of the kernel where not known yet, unless it is busy and
     ``skip_busy`` (then what is known, checkpointable when nothing is)."""
     km = serverapp.kernel_manager
@@ -92,4 +93,4 @@ async def side_of(serverapp: Any, kernel_id: str, timeout: float, *,
                           language="unknown", install_command=None, checkpointable=True, why="")
     if skip_busy and bridge.execution_state(serverapp, kernel_id) == "busy":
         return kernel_side_of(km.get_kernel(kernel_id))
-    return await ask_kernel_side(serverapp, kernel_id, timeout)
+    return await ask_kernel_side(serverapp, kernel_id, timeout, fresh=fresh)

@@ -122,13 +122,19 @@ def kernel_side_of(kernel: Any) -> KernelSide:
                       checkpointable=not why, why=why)
 
 
-async def ask_kernel_side(serverapp: Any, kernel_id: str, timeout: float = 10.0) -> KernelSide:
+async def ask_kernel_side(serverapp: Any, kernel_id: str, timeout: float = 10.0, *,
+                          fresh: bool = False) -> KernelSide:
     """:func:`kernel_side_of`, asking the kernel first where its current process has not said
     yet (one silent execution of user expressions only; it waits behind a running cell, up to
-    ``timeout``). A kernel that does not answer stays unknown."""
+    ``timeout``). A kernel that does not answer stays unknown. ``fresh``: forget what it said
+    before and ask again (before a pause loses a kernel's state on that answer: the package
+    may have been installed into the running kernel's environment since)."""
     from . import bridge  # bridge records what every call learns here
 
     kernel = serverapp.kernel_manager.get_kernel(kernel_id)
+    if fresh:
+        with contextlib.suppress(TypeError):  # not weak-referenceable: nothing was kept
+            _seen.pop(kernel, None)
     side = kernel_side_of(kernel)
     if side.installed is None and side.language == "python":
         with contextlib.suppress(Exception):  # gone or busy: still unknown

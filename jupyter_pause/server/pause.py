@@ -123,7 +123,9 @@ async def _uncheckpointable(lc: Lifecycle, records: list[KernelRecord],
                             lose_state: checkpointable.LoseState) -> list[KernelRecord]:
     """The kernels that cannot be checkpointed, asked once they are idle: each one the request
     allowed is marked ``state_not_saved``; any other refuses the pause, nothing changed."""
-    found = await checkpointable.find(lc.serverapp, records, lc.app.liveness_timeout)
+    # asked afresh: a state is lost only on what the kernel says now, never on an old answer
+    found = await checkpointable.find(lc.serverapp, records, lc.app.liveness_timeout,
+                                      fresh=True)
     refused = [u for u in found if not checkpointable.allowed(u, lose_state)]
     if refused:
         raise StepError(

@@ -47,11 +47,26 @@ def open_notebook(page, lab: LabServer, name: str):
 
 
 def run_cell(page, panel, index: int, code: str) -> None:
-    """Type `code` into cell `index` and run it with Shift+Enter."""
+    """Type `code` into cell `index` and run it with Shift+Enter, once the editor shows it.
+
+    A notebook that is still attaching its cells (Notebook 7 right after the page loads,
+    under load) can take the click before the cell's editor has focus, and the typed text goes
+    nowhere; so the text is typed again until the editor holds it (at most three times), and
+    only then run: a run of an empty cell would wait for output that never comes."""
     cell = panel.locator(".jp-Cell").nth(index)
-    cell.locator(".cm-content").click()
-    page.keyboard.press("ControlOrMeta+a")
-    page.keyboard.insert_text(code)
+    editor = cell.locator(".cm-content")
+    first = code.splitlines()[0] if code.strip() else ""
+    for _ in range(3):
+        editor.click()
+        page.keyboard.press("ControlOrMeta+a")
+        page.keyboard.insert_text(code)
+        try:
+            expect()(editor).to_contain_text(first, timeout=10_000)
+            break
+        except AssertionError:
+            continue
+    else:
+        raise AssertionError(f"cell {index}'s editor never took the code {first!r}")
     page.keyboard.press("Shift+Enter")
 
 

@@ -16,19 +16,16 @@ import secrets
 import shutil
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tornado.httpclient import HTTPRequest
 from tornado.ioloop import IOLoop
-from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from tests.harness import free_ports, stop_process, wait_for
+from tests.kerneldriver import run_websocket
 
 TOKEN = "hub-test-service-token-" + secrets.token_hex(8)
 
@@ -241,57 +238,7 @@ c.JupyterHub.load_roles = {roles!r}
         the cell fails the test)."""
         ws_url = (f"ws://127.0.0.1:{self.port}/user/{user}/api/kernels/{kernel_id}/channels"
                   f"?session_id={uuid.uuid4().hex}")
-        return IOLoop().run_sync(lambda: _execute(ws_url, code, timeout), timeout=timeout + 10)
+        out = IOLoop().run_sync(lambda: run_websocket(ws_url, code, token=TOKEN, timeout=timeout),
+                                timeout=timeout + 10)
+        return out.check(code, allow_traceback=True).stdout
 
-
-def _message(msg_type: str, content: dict[str, Any], session: str) -> dict[str, Any]:
-    return {"header": {"msg_id": uuid.uuid4().hex, "msg_type": msg_type, "session": session,
-                       "username": "test", "version": "5.3",
-                       "date": datetime.now(timezone.utc).isoformat()},
-            "parent_header": {}, "metadata": {}, "content": content, "channel": "shell",
-            "buffers": []}
-
-
-async def _execute(ws_url: str, code: str, timeout: float) -> str:
-    conn: WebSocketClientConnection = await websocket_connect(
-        HTTPRequest(ws_url, headers={"Authorization": f"token {TOKEN}"},
-                    request_timeout=timeout))
-    try:
-        session = uuid.uuid4().hex
-        msg = _message("execute_request", {"code": code, "silent": False,
-                                           "store_history": True, "user_expressions": {},
-                                           "allow_stdin": False, "stop_on_error": True},
-                       session)
-        msg_id = msg["header"]["msg_id"]
-        await conn.write_message(json.dumps(msg))
-        out: list[str] = []
-        reply: dict[str, Any] | None = None
-        idle = False
-        deadline = time.monotonic() + timeout
-        while reply is None or not idle:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"the cell did not finish in {timeout:g} s: {code!r}")
-            raw = await _with_timeout(conn.read_message(), left)
-            if raw is None:
-                raise AssertionError("the kernel's websocket closed")
-            m = json.loads(raw)
-            if m.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            kind = m["header"]["msg_type"]
-            if kind == "stream" and m["content"].get("name") == "stdout":
-                out.append(m["content"]["text"])
-            elif kind == "execute_reply":
-                reply = m["content"]
-            elif kind == "status" and m["content"].get("execution_state") == "idle":
-                idle = True
-        assert reply["status"] == "ok", reply
-        return "".join(out)
-    finally:
-        conn.close()
-
-
-async def _with_timeout(fut: Any, seconds: float) -> Any:
-    import asyncio
-
-    return await asyncio.wait_for(asyncio.ensure_future(fut), seconds)

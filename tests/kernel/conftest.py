@@ -5,46 +5,20 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from jupyter_client.manager import KernelManager
 
+from tests.kerneldriver import KernelDriver
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-@dataclass
-class Outputs:
-    status: str = ""
-    reply: dict = field(default_factory=dict)
-    stdout: str = ""
-    stderr: str = ""
-    displays: list[dict] = field(default_factory=list)  # display_data + update_display_data
-    results: list[dict] = field(default_factory=list)  # execute_result data
-    errors: list[dict] = field(default_factory=list)  # iopub "error" messages
+class Kernel(KernelDriver):
+    """A kernel of its own (KernelManager) driven by :class:`KernelDriver`."""
 
-    @property
-    def text(self) -> str:
-        """Everything a person could see, as text."""
-        parts = [self.stdout, self.stderr]
-        for d in self.displays + self.results:
-            parts.append(d.get("text/plain", ""))
-            parts.append(d.get("text/html", ""))
-        for e in self.errors:
-            parts.extend(e.get("traceback", []))
-        return "\n".join(parts)
-
-    def expr(self, name: str) -> Any:
-        import ast
-
-        e = self.reply["content"]["user_expressions"][name]
-        assert e["status"] == "ok", e
-        return ast.literal_eval(e["data"]["text/plain"])
-
-
-class Kernel:
     def __init__(self, env: dict[str, str], cwd: str) -> None:
         self.km = KernelManager(kernel_name="python3")
         self.env = env
@@ -57,46 +31,6 @@ class Kernel:
         kc.start_channels()
         kc.wait_for_ready(timeout=60)
         return kc
-
-    def run(
-        self, code: str, timeout: float = 30, user_expressions: dict | None = None, **kw: Any
-    ) -> Outputs:
-        out = Outputs()
-
-        def hook(msg: dict) -> None:
-            t, c = msg["header"]["msg_type"], msg["content"]
-            if t == "stream":
-                if c["name"] == "stdout":
-                    out.stdout += c["text"]
-                else:
-                    out.stderr += c["text"]
-            elif t in ("display_data", "update_display_data"):
-                out.displays.append(c["data"])
-            elif t == "execute_result":
-                out.results.append(c["data"])
-            elif t == "error":
-                out.errors.append(c)
-
-        reply = self.kc.execute_interactive(
-            code,
-            timeout=timeout,
-            output_hook=hook,
-            user_expressions=user_expressions or {},
-            allow_stdin=False,
-            **kw,
-        )
-        out.reply = reply
-        out.status = reply["content"]["status"]
-        return out
-
-    def ok(self, code: str, **kw: Any) -> Outputs:
-        out = self.run(code, **kw)
-        assert out.status == "ok", (code, out.text)
-        assert "Traceback" not in out.text, out.text
-        return out
-
-    def eval(self, expr: str) -> Any:
-        return self.run("", user_expressions={"v": expr}).expr("v")
 
     def restart(self) -> None:
         self.kc.stop_channels()

@@ -15,6 +15,7 @@ import pytest
 from jupyter_pause.cluster.kube import Kube
 from jupyter_pause.cluster.resume import resume_workspace
 from jupyter_pause.server.bridge import own_client
+from tests.kerneldriver import run_cell
 
 from .conftest import NS, gke_server_config, notebook_pod
 from .test_gke_backend import objects, start_pod
@@ -28,21 +29,13 @@ def jp_server_config(tmp_path, apiserver):
 
 
 async def _run(serverapp, kernel_id: str, code: str) -> str:
-    out: list[str] = []
-
-    def hook(msg):
-        if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
-            out.append(msg["content"]["text"])
-
     kc = own_client(serverapp, kernel_id)  # the manager's session id would be shared
     kc.start_channels()
     try:
-        await kc.wait_for_ready(timeout=60)
-        reply = await kc.execute_interactive(code, timeout=120, output_hook=hook)
+        out = await run_cell(kc, code)
     finally:
         kc.stop_channels()
-    assert reply["content"]["status"] == "ok", reply["content"]
-    return "".join(out)
+    return out.check(code, allow_traceback=True).stdout
 
 
 async def test_gke_pause_then_cold_start_restores_from_checkpoint(

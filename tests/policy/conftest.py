@@ -9,6 +9,7 @@ import pytest
 
 from jupyter_pause.server.bridge import own_client
 from tests.harness import InProcessServer, merge_config, pause_server_config
+from tests.kerneldriver import run_cell
 
 
 @pytest.fixture
@@ -64,13 +65,13 @@ class Server(InProcessServer):
             if not wait:
                 kc.execute(code)
                 return None
-            reply = await kc.execute_interactive(code, timeout=120, output_hook=lambda m: None)
+            out = await run_cell(kc, code, ready=None)
         finally:
             if wait:
                 kc.stop_channels()
-        assert reply["content"]["status"] == "ok", reply["content"]
+        out.check(code, allow_traceback=True)
         await self.settled(kernel_id)
-        return reply
+        return out.reply
 
     async def settled(self, kernel_id, timeout=10.0):
         """Until the server has seen the kernel's trailing ``status: idle``."""

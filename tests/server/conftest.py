@@ -12,6 +12,7 @@ import pytest
 
 from jupyter_pause.server.bridge import own_client
 from tests.harness import InProcessServer, merge_config, pause_server_config
+from tests.kerneldriver import run_cell
 
 
 @pytest.fixture
@@ -65,23 +66,12 @@ class Workspace(InProcessServer):
 
     async def run(self, kernel_id, code, *, silent=False):
         """Run a cell; return its stdout (raises on an error in the cell)."""
-        out = []
-
-        def hook(msg):
-            if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
-                out.append(msg["content"]["text"])
-
         kc = self.client(kernel_id)
         try:
-            # execute_interactive ends on IOPub's idle: first make sure IOPub is subscribed
-            await kc.wait_for_ready(timeout=60)
-            reply = await kc.execute_interactive(code, silent=silent, timeout=120,
-                                                 output_hook=hook)
+            out = await run_cell(kc, code, silent=silent)
         finally:
             kc.stop_channels()
-        content = reply["content"]
-        assert content["status"] == "ok", f"{content.get('ename')}: {content.get('evalue')}"
-        return "".join(out)
+        return out.check(code, allow_traceback=True).stdout
 
     async def start_cell(self, kernel_id, code, timeout=60):
         """Start a long-running cell; return its task once the kernel runs it, not merely has

@@ -3,7 +3,6 @@ when the person asks. Real `jupyter server` processes, real kernels, real SIGKIL
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import json
 import signal
@@ -34,13 +33,8 @@ def autosave_of(tmp: Path, stream: str, cell: int) -> Any:
 
 def silent(srv: Server, kid: str, expr: str) -> Any:
     """``expr`` evaluated in the kernel without a cell (no pre/post_run_cell hook)."""
-    kc = srv.kernel_client(kid)
-    try:
-        kc.wait_for_ready(timeout=60)
-        reply = kc.execute_interactive("", silent=True, timeout=60, user_expressions={"v": expr})
-        return ast.literal_eval(reply["content"]["user_expressions"]["v"]["data"]["text/plain"])
-    finally:
-        kc.stop_channels()
+    with srv.driver(kid) as k:
+        return k.silent(expr)
 
 
 def installed(srv: Server, kid: str) -> bool:
@@ -50,14 +44,8 @@ def installed(srv: Server, kid: str) -> bool:
 
 def run(srv: Server, kid: str, code: str) -> int:
     """Run a cell; its execution count."""
-    kc = srv.kernel_client(kid)
-    try:
-        kc.wait_for_ready(timeout=60)
-        reply = kc.execute_interactive(code, timeout=60)
-        assert reply["content"]["status"] == "ok", reply["content"]
-        return reply["content"]["execution_count"]
-    finally:
-        kc.stop_channels()
+    with srv.driver(kid) as k:
+        return k.ok(code, timeout=60, allow_traceback=True).execution_count
 
 
 def kernel_process(srv: Server, kid: str) -> psutil.Process | None:

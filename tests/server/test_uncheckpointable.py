@@ -6,6 +6,7 @@ the echo wrapper kernel (echo_kernel.py) or a Python kernel without jupyter-paus
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import tornado.httpclient
@@ -146,3 +147,24 @@ async def test_the_pause_magic_refuses_then_pauses_anyway_with_lose_state(ws, mo
     assert st["state"] == "paused", st
     [written] = [e for e in ws.journal() if e["event"] == "checkpoint_written"]
     assert [k["kernel_id"] for k in written["state_not_saved"]] == [echo]
+
+
+async def test_a_kernel_side_installed_since_the_refusal_is_checkpointed_not_lost(ws):
+    """The refusal's answer is not reused: the person installs the package into the running
+    kernel's environment and pauses anyway; the kernel is asked again, can be checkpointed
+    now, and its state is saved (never "lost" on an old answer)."""
+    bare = await open_kernel(ws, "other.ipynb", BARE_PYTHON)
+    await ws.run(bare, "x = 41")
+    assert (await pause_refused(ws))["uncheckpointable"][0]["kernel_id"] == bare
+    # What an install into that environment does for the running process: the package is
+    # importable from now on (here: the source tree back on its path).
+    root = str(Path(__file__).resolve().parents[2])
+    await ws.run(bare, f"import sys; sys.path.insert(0, {root!r}); x += 1")
+
+    _, st = await ws.flight("pause", {"allow_uncheckpointable": True})
+    assert st["state"] == "paused", st
+    [written] = [e for e in ws.journal() if e["event"] == "checkpoint_written"]
+    assert not written.get("state_not_saved"), written
+    [k] = written["kernels"]
+    assert k["path"] == "other.ipynb" and k["checkpoint_id"], k  # saved, not lost
+    # (Its resume would start the bare kernel again, without the path added by hand above.)

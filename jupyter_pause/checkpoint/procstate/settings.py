@@ -282,7 +282,8 @@ def _mpl_restore(state: Any) -> list[Outcome]:
     import matplotlib as mpl
 
     def put(k: str, v: Any) -> None:
-        mpl.rcParams[k] = v["cycler"] if isinstance(v, dict) else v
+        # matplotlib's stubs take only the literal rc keys; these are saved rcParams' keys
+        mpl.rcParams[k] = v["cycler"] if isinstance(v, dict) else v  # type: ignore[index]
 
     return _apply("matplotlib rcParams", items, put)
 

@@ -39,8 +39,10 @@ def _unpattern(p: Any) -> Any:
 def _capture() -> Any:
     out = []
     for action, msg, cat, mod, lineno in list(warnings.filters)[:_MAX_FILTERS]:
+        # typeshed allows a tuple of categories here; filterwarnings/simplefilter store one class
+        name = cat.__qualname__  # type: ignore[union-attr]
         out.append({"action": action, "message": _pattern(msg), "module": _pattern(mod),
-                    "category": f"{cat.__module__}:{cat.__qualname__}", "lineno": lineno})
+                    "category": f"{cat.__module__}:{name}", "lineno": lineno})
     return {"filters": out}
 
 
@@ -76,7 +78,8 @@ def _restore(state: Any) -> list[Outcome]:
         if item not in items:
             items.append(item)
     extra = [f for f in warnings.filters if f not in items]
-    warnings.filters[:] = items + extra
+    # typeshed declares warnings.filters a Sequence; it is the module's own list
+    warnings.filters[:] = items + extra  # type: ignore[index]
     mutated = getattr(warnings, "_filters_mutated", None)
     if mutated is not None:
         mutated()  # the C module caches which filters apply

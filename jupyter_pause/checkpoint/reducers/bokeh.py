@@ -7,20 +7,25 @@ base class's constructor: ``figure()``'s own would add a second set of axes, too
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import register
 
+if TYPE_CHECKING:
+    from bokeh.core.types import ID
+    from bokeh.model import Model
 
-def _model_init(cls: type) -> Any:
+
+def _model_init(cls: type[Any]) -> Any:
     """The nearest constructor that only sets properties (bokeh.models / bokeh.model)."""
+    c: type[Any]
     for c in cls.__mro__:
         if c.__module__.startswith(("bokeh.models", "bokeh.model")) and "__init__" in c.__dict__:
             return c.__init__
     return cls.__init__
 
 
-def _rebuild_model(cls: type, model_id: str, props: dict[str, Any]) -> Any:
+def _rebuild_model(cls: type[Model], model_id: ID, props: dict[str, Any]) -> Any:
     obj = cls.__new__(cls, id=model_id)  # bokeh takes the id in __new__ only
     _model_init(cls)(obj, **props)
     return obj

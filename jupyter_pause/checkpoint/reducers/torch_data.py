@@ -29,8 +29,8 @@ from . import register
 REMAINING_MAX = 50_000_000  # indices drawn out of a sampler at most; an epoch is rarely longer
 
 
-def _rebuild_iter(cls: type, state: dict[str, Any], remaining: list[Any]) -> Any:
-    it = cls.__new__(cls)
+def _rebuild_iter(cls: type[object], state: dict[str, Any], remaining: list[Any]) -> Any:
+    it: Any = cls.__new__(cls)  # its attributes are the DataLoader iterator's private ones
     it.__dict__.update(state)
     it._sampler_iter = iter(remaining)
     from torch.utils.data.dataloader import _DatasetKind

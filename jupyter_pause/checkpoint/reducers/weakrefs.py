@@ -124,8 +124,8 @@ def proxy_target(p: Any) -> Any:
     does; elsewhere it cannot be read and the proxy cannot be saved."""
     if sys.implementation.name != "cpython":
         return _NO_TARGET
-    addr = ctypes.c_void_p.from_address(id(p) + object.__basicsize__).value
-    return ctypes.cast(addr, ctypes.py_object).value  # a new reference; Py_None when dead
+    field = ctypes.c_void_p.from_address(id(p) + object.__basicsize__)
+    return ctypes.cast(field, ctypes.py_object).value  # a new reference; Py_None when dead
 
 
 _NO_TARGET = object()
@@ -232,8 +232,8 @@ def _handle_dead(h: Any) -> str:
     return ""
 
 
-def _new_handle(cls: type, state: tuple[Any, ...]) -> Any:
-    h = cls.__new__(cls)
+def _new_handle(cls: type[object], state: tuple[Any, ...]) -> Any:
+    h: Any = cls.__new__(cls)  # torch's RemovableHandle, untyped __setstate__
     h.__setstate__(state)
     _track(h, _handle_dead, "hook handle")
     return h
