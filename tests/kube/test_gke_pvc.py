@@ -31,6 +31,7 @@ from jupyter_pause.cluster.statefulset import DETACHED_ANNOTATION
 from .conftest import NS, gke_server_config, notebook_pod, pause_ctx
 from .test_e2e_server import _run
 from .test_gke_backend import objects, start_pod
+from .test_gke_restore_faults import make_statefulset
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -43,18 +44,7 @@ def with_pvc(pod: dict) -> dict:
 
 
 def pvc_statefulset(sim, name: str = "nb") -> str:
-    """notebook-statefulset.yaml's shape: selected by `app`, the workspace label beside it."""
-    pod = with_pvc(notebook_pod("x", labels={"app": name, "jupyter-pause.io/workspace": name}))
-    sim.apps.create_namespaced_stateful_set(NS, {
-        "metadata": {"name": name},
-        "spec": {"replicas": 1, "serviceName": name,
-                 "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": pod["metadata"]["labels"]},
-                              "spec": pod["spec"]}}})
-    sim.wait(lambda: any(p["metadata"]["name"] == f"{name}-0" and
-                         p["status"].get("phase") == "Running" for p in sim.pods()),
-             what=f"{name}-0 running")
-    return f"{name}-0"
+    return make_statefulset(sim, name, pod_of=with_pvc)
 
 
 def phase_of(sim, name: str) -> str | None:

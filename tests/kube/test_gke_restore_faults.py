@@ -39,8 +39,10 @@ def objects(apiserver, plural: str) -> list[dict]:
     return apiserver.call(lambda: list(srv.store[kind].values()))
 
 
-def make_statefulset(sim, name: str = "nb") -> str:
-    pod = notebook_pod("x", labels={"app": name, "jupyter-pause.io/workspace": name})
+def make_statefulset(sim, name: str = "nb", *, pod_of=lambda pod: pod) -> str:
+    """notebook-statefulset.yaml's shape: selected by `app`, the workspace label beside it;
+    ``pod_of`` changes the template's pod (a PVC, say)."""
+    pod = pod_of(notebook_pod("x", labels={"app": name, "jupyter-pause.io/workspace": name}))
     sim.apps.create_namespaced_stateful_set(NS, {
         "metadata": {"name": name},
         "spec": {"replicas": 1, "serviceName": name,
