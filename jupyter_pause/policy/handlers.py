@@ -6,7 +6,7 @@ into ``PauseApp.extension_modules``): the server never imports the policy packag
 the Lifecycle runs and ``await stop(app)`` at shutdown.
 
 Routes (under ``<base_url>``; authenticated, XSRF-checked by APIHandler):
-  GET  jupyter-pause/api/policy          auto-pause state (profile, idle verdict, countdown)
+  GET  jupyter-pause/api/policy          auto-pause state (profile, idle verdict, time left)
   POST jupyter-pause/api/policy/cancel   cancel an announced auto-pause (the person is here)
   GET  jupyter-pause/api/report          cost/capacity report (+ what-if with ?whatif=1)
   POST jupyter-pause/api/gc              retention: snapshots, old checkpoints, unused blobs
@@ -47,7 +47,7 @@ class _Base(BaseHandler):
 
 
 class PolicyHandler(_Base):
-    """GET policy: the auto-pause state (profile, idle verdict, countdown)."""
+    """GET policy: the auto-pause state (profile, idle verdict, time left)."""
 
     _track_activity = False
 

@@ -7,10 +7,17 @@ import { PauseController } from './controller';
 import { ITrans } from './format';
 
 /**
- * The auto-pause announcement: a notification with a countdown and a Cancel action while the
- * idle policy has announced a pause (`GET policy` state "announced"). Cancel calls
- * `POST policy/cancel`; the notification goes away when the server cancels the announcement
- * (activity came back, someone cancelled elsewhere) or when the pause starts.
+ * The auto-pause announcement: a notification naming when the pause happens, with a Cancel
+ * action, while the idle policy has announced a pause (`GET policy` state "announced"). Cancel
+ * calls `POST policy/cancel`; the notification goes away when the server cancels the
+ * announcement (activity came back, someone cancelled elsewhere) or when the pause starts.
+ *
+ * Its text is fixed for one announcement and never passed to `Notification.update`: JupyterLab
+ * hands an update to react-toastify 9, whose `toast.update` applies it a timer later and re-adds
+ * the toast to the displayed ones even when `toast.dismiss` ran in between (the toast stays in
+ * its collection until the exit animation ends). An update shortly before a dismissal left the
+ * countdown this notice used to show on screen after the server had cancelled the pause, with
+ * nothing left to dismiss it. A new announcement (another deadline) gets a new notification.
  */
 export class AutoPauseNotice implements IDisposable {
   constructor(
@@ -34,43 +41,33 @@ export class AutoPauseNotice implements IDisposable {
   }
 
   private _update(): void {
-    const elapsed = (Date.now() - this._controller.policyReadAt) / 1000;
     const view = describeAutoPause(
       this._controller.policy,
-      elapsed,
+      this._controller.policyReadAt,
       this._trans
     );
     if (!view) {
       this._hide();
       return;
     }
-    if (this._id && this._key !== view.key) {
-      this._hide(); // another announcement: a fresh notification
+    if (this._id && this._key === view.key) {
+      return; // shown; its text stays as it is (see above)
     }
-    if (!this._id) {
-      this._key = view.key;
-      this._id = Notification.warning(view.message, {
-        autoClose: false,
-        actions: [
-          {
-            label: this._trans.__('Cancel'),
-            caption: this._trans.__(
-              'Keep this workspace running: cancel the auto-pause'
-            ),
-            displayType: 'accent',
-            callback: () => void this._cancel()
-          }
-        ]
-      });
-      this._timer = window.setInterval(() => this._update(), 1000);
-    } else if (view.message !== this._shown) {
-      Notification.update({
-        id: this._id,
-        message: view.message,
-        type: 'warning'
-      });
-    }
-    this._shown = view.message;
+    this._hide(); // another announcement: a fresh notification
+    this._key = view.key;
+    this._id = Notification.warning(view.message, {
+      autoClose: false,
+      actions: [
+        {
+          label: this._trans.__('Cancel'),
+          caption: this._trans.__(
+            'Keep this workspace running: cancel the auto-pause'
+          ),
+          displayType: 'accent',
+          callback: () => void this._cancel()
+        }
+      ]
+    });
   }
 
   private async _cancel(): Promise<void> {
@@ -89,21 +86,14 @@ export class AutoPauseNotice implements IDisposable {
   }
 
   private _hide(): void {
-    if (this._timer !== null) {
-      window.clearInterval(this._timer);
-      this._timer = null;
-    }
     if (this._id) {
       Notification.dismiss(this._id);
       this._id = null;
       this._key = null;
-      this._shown = null;
     }
   }
 
   private _id: string | null = null;
   private _key: string | null = null;
-  private _shown: string | null = null;
-  private _timer: number | null = null;
   private _isDisposed = false;
 }

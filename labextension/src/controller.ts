@@ -1,5 +1,5 @@
 import type { Event } from '@jupyterlab/services';
-import { Poll, Throttler } from '@lumino/polling';
+import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { describeAction, IActionView, IBusyKernel } from './action';
@@ -13,6 +13,7 @@ import type {
 } from './api';
 import { ITrans } from './format';
 import type { IRestart } from './offers';
+import { Rereader } from './rereader';
 import { describeStatus, isFlightActive, IStatusView } from './status';
 import type { IPauseController, IPauseState } from './tokens';
 
@@ -36,8 +37,9 @@ export interface IFlightRequest {
 
 /**
  * Holds the workspace state as the server reports it. Refreshed when a lifecycle event
- * arrives (throttled), by a slow safety poll (faster only while a flight runs), and after
- * each request this UI sends. Answers are applied in the order the reads were sent: an
+ * arrives (a re-read shortly after, and one more for an event that came during a read:
+ * `rereader.ts`), by a slow safety poll (faster only while a flight runs), and after each
+ * request this UI sends. Answers are applied in the order the reads were sent: an
  * answer older than one already applied is dropped.
  */
 export class PauseController implements IPauseController {
@@ -45,14 +47,8 @@ export class PauseController implements IPauseController {
     this._api = options.api;
     this._trans = options.trans;
     this._idleInterval = Math.max(5, options.pollInterval ?? 30) * 1000;
-    this._throttler = new Throttler(() => this.refresh(), {
-      limit: 250,
-      edge: 'trailing'
-    });
-    this._policyThrottler = new Throttler(() => this.refreshPolicy(), {
-      limit: 250,
-      edge: 'trailing'
-    });
+    this._rereader = new Rereader(() => this.refresh());
+    this._policyRereader = new Rereader(() => this.refreshPolicy());
     this._poll = new Poll({
       name: 'jupyter-pause:status',
       factory: async () => {
@@ -147,7 +143,7 @@ export class PauseController implements IPauseController {
   noteRestart(path: string): void {
     this._restarts.set(path, { path, used: false });
     this._changed.emit();
-    void this._throttler.invoke(); // the server's offer for it, if the death made one
+    this._rereader.invoke(); // the server's offer for it, if the death made one
   }
 
   /** A cell ran in that notebook's new kernel: it is in use again. */
@@ -318,8 +314,8 @@ export class PauseController implements IPauseController {
     this._isDisposed = true;
     this._events?.stream.disconnect(this._onEvent, this);
     this._poll.dispose();
-    this._throttler.dispose();
-    this._policyThrottler.dispose();
+    this._rereader.dispose();
+    this._policyRereader.dispose();
     Signal.clearData(this);
   }
 
@@ -379,7 +375,7 @@ export class PauseController implements IPauseController {
     if (event.schema_id !== LIFECYCLE_SCHEMA) {
       return;
     }
-    // Show the new state at once; the throttled re-read fills in the rest (timeline, report).
+    // Show the new state at once; the re-read fills in the rest (timeline, report).
     const data = event as any;
     if (
       data.event &&
@@ -388,7 +384,7 @@ export class PauseController implements IPauseController {
     ) {
       // auto_pause_announced / _cancelled, and any transition (a pause starting ends the
       // announcement): the event carries no countdown, GET policy has it.
-      void this._policyThrottler.invoke();
+      this._policyRereader.invoke();
     }
     // An event can arrive after a read that already includes it (the event stream and the
     // reads are separate connections): applying it then would show an older state again.
@@ -408,7 +404,7 @@ export class PauseController implements IPauseController {
       this._changed.emit();
       this._emitState();
     }
-    void this._throttler.invoke();
+    this._rereader.invoke();
   }
 
   /** Poll every couple of seconds during a flight, slowly otherwise. */
@@ -428,8 +424,8 @@ export class PauseController implements IPauseController {
   private _trans: ITrans;
   private _idleInterval: number;
   private _poll: Poll;
-  private _throttler: Throttler;
-  private _policyThrottler: Throttler;
+  private _rereader: Rereader;
+  private _policyRereader: Rereader;
   private _policy: IPolicy | null = null;
   private _policyReadAt = 0;
   private _policySeq = 0;

@@ -58,18 +58,6 @@ export function formatDuration(seconds: number | null | undefined): string {
   return `${Math.floor(total / 3600)} h ${pad2(Math.floor((total % 3600) / 60))} min`;
 }
 
-/** A countdown: 4:59, 0:07, 1:02:03. Rounds up so "0:00" shows only when the time is up. */
-export function formatCountdown(seconds: number | null | undefined): string {
-  if (!isNumber(seconds)) {
-    return '?';
-  }
-  const total = Math.max(0, Math.ceil(seconds));
-  const h = Math.floor(total / 3600);
-  const m = Math.floor((total % 3600) / 60);
-  const s = pad2(total % 60);
-  return h > 0 ? `${h}:${pad2(m)}:${s}` : `${m}:${s}`;
-}
-
 /** A rounded idle time for sentences: 45 s, 20 min, 1 h, 1 h 30 min, 2 days. */
 export function formatIdleTime(seconds: number | null | undefined): string {
   if (!isNumber(seconds) || seconds < 0) {

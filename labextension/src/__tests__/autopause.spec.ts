@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 
 import { IPolicy } from '../api';
 import { describeAutoPause } from '../autopause';
-import { formatCountdown, formatIdleTime } from '../format';
+import { formatClock, formatIdleTime, formatTime } from '../format';
 import { trans } from './trans';
 
 function policy(partial: Partial<IPolicy>): IPolicy {
@@ -24,24 +24,6 @@ function policy(partial: Partial<IPolicy>): IPolicy {
   };
 }
 
-describe('formatCountdown', () => {
-  it('shows minutes and zero-padded seconds, rounding up', () => {
-    assert.equal(formatCountdown(299.4), '5:00');
-    assert.equal(formatCountdown(299), '4:59');
-    assert.equal(formatCountdown(7), '0:07');
-    assert.equal(formatCountdown(0.2), '0:01');
-    assert.equal(formatCountdown(0), '0:00');
-    assert.equal(formatCountdown(-3), '0:00');
-  });
-  it('shows hours when there are any', () => {
-    assert.equal(formatCountdown(3723), '1:02:03');
-  });
-  it('is "?" without a number', () => {
-    assert.equal(formatCountdown(null), '?');
-    assert.equal(formatCountdown(NaN), '?');
-  });
-});
-
 describe('formatIdleTime', () => {
   it('rounds to what a sentence needs', () => {
     assert.equal(formatIdleTime(2), '2 s');
@@ -55,28 +37,62 @@ describe('formatIdleTime', () => {
 });
 
 describe('describeAutoPause', () => {
-  it('announces the pause with a countdown, the idle time and the profile', () => {
-    const view = describeAutoPause(policy({ seconds_left: 299 }), 0, trans);
+  // A fixed read time: 2026-11-30T07:00:00Z on the browser's clock.
+  const READ = Date.parse('2026-11-30T07:00:00.000Z');
+  const iso = (ms: number) => new Date(ms).toISOString();
+
+  it('names the clock time of the pause, the idle time and the profile', () => {
+    const view = describeAutoPause(policy({ seconds_left: 299 }), READ, trans);
     assert.ok(view);
+    assert.equal(view.at, READ + 299_000);
     assert.equal(
       view.message,
-      'This workspace will pause in 4:59 because it has been idle for 1 h (profile gpu-experiment).'
+      `This workspace will pause at ${formatClock(iso(READ + 299_000))} because it has been idle for 1 h (profile gpu-experiment).`
     );
     assert.equal(view.key, '2026-11-30T07:05:00.000Z');
   });
-  it('counts down on the local clock from seconds_left, never below zero', () => {
-    const p = policy({ seconds_left: 299 });
-    assert.match(describeAutoPause(p, 60, trans)!.message, /pause in 3:59 /);
-    assert.equal(describeAutoPause(p, 60, trans)!.secondsLeft, 239);
-    assert.match(describeAutoPause(p, 1000, trans)!.message, /pause in 0:00 /);
+  it('times the pause on the local clock from seconds_left, never before the read', () => {
+    const later = describeAutoPause(
+      policy({ seconds_left: 299 }),
+      READ + 60_000,
+      trans
+    );
+    assert.equal(later!.at, READ + 359_000); // the browser's clock, not the server's deadline
+    assert.equal(
+      describeAutoPause(policy({ seconds_left: -3 }), READ, trans)!.at,
+      READ
+    );
+  });
+  it('gives seconds only when the pause is under two minutes away', () => {
+    const soon = describeAutoPause(policy({ seconds_left: 8 }), READ, trans);
+    assert.match(
+      soon!.message,
+      new RegExp(`pause at ${formatTime(iso(READ + 8000))} `)
+    );
+    assert.match(soon!.message, /pause at \d\d:\d\d:\d\d /);
+    const far = describeAutoPause(policy({ seconds_left: 120 }), READ, trans);
+    assert.match(far!.message, /pause at \d\d:\d\d because/);
+  });
+  it('keeps one key per announcement without a deadline, whatever the read time', () => {
+    const a = describeAutoPause(
+      policy({ deadline: null, seconds_left: 300 }),
+      READ,
+      trans
+    );
+    const b = describeAutoPause(
+      policy({ deadline: null, seconds_left: 299 }),
+      READ + 1000,
+      trans
+    );
+    assert.equal(a!.key, b!.key);
   });
   it('says "stop its kernels" for a stop profile', () => {
     const p = policy({
       profile: { name: 'cpu-small', action: 'stop', idle_after: 1800 }
     });
     assert.match(
-      describeAutoPause(p, 0, trans)!.message,
-      /will stop its kernels in 5:00 .* idle for 30 min \(profile cpu-small\)/
+      describeAutoPause(p, READ, trans)!.message,
+      /will stop its kernels at \d\d:\d\d .* idle for 30 min \(profile cpu-small\)/
     );
   });
   it('shows nothing unless an auto-pause is announced and cancellable', () => {

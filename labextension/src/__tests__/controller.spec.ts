@@ -341,3 +341,73 @@ describe('PauseController recompute and dispose', () => {
     assert.equal(controller.isDisposed, true);
   });
 });
+
+describe('PauseController re-reads after events', () => {
+  /** Wait until `cond()` holds (a re-read starts 250 ms after an event), or fail. */
+  async function until(cond: () => boolean, what: string): Promise<void> {
+    const deadline = Date.now() + 3000;
+    while (!cond()) {
+      if (Date.now() > deadline) {
+        assert.fail(`not within 3 s: ${what}`);
+      }
+      await new Promise(resolve => setTimeout(resolve, 10));
+    }
+  }
+
+  /** Answer the poll's first status read (and any other made so far). */
+  async function answered(api: FakeAPI, seq: number): Promise<number> {
+    await until(() => api.statusCalls.length > 0, "the poll's first read");
+    api.statusCalls.forEach(c => c.resolve(status('running', { seq })));
+    await settle();
+    return api.statusCalls.length;
+  }
+
+  it('reads the policy again for an event that came while a read was in flight', async () => {
+    const { api, controller, emit } = setup();
+    emit({ event: 'auto_pause_announced' });
+    await until(() => api.policyCalls.length === 1, 'the read after the event');
+    // The server answered this read before it cancelled; the cancel's event comes first.
+    emit({ event: 'auto_pause_cancelled' });
+    api.policyCalls[0].resolve(policy('announced'));
+    await settle();
+    assert.equal(controller.policy?.state, 'announced');
+    await until(() => api.policyCalls.length === 2, 'a read after the cancel');
+    api.policyCalls[1].resolve(policy('watching'));
+    await settle();
+    assert.equal(controller.policy?.state, 'watching');
+  });
+
+  it('reads the status again for an event that came while a read was in flight', async () => {
+    const { api, controller, emit } = setup();
+    const n = await answered(api, 1);
+    emit({ event: 'kernel_died' });
+    await until(
+      () => api.statusCalls.length === n + 1,
+      'the read after the event'
+    );
+    emit({ event: 'offer_dismissed' });
+    api.statusCalls[n].resolve(status('running', { seq: 2 }));
+    await until(
+      () => api.statusCalls.length === n + 2,
+      'a read after the second event'
+    );
+    api.statusCalls[n + 1].resolve(status('running', { seq: 3 }));
+    await settle();
+    assert.equal(controller.status?.seq, 3);
+  });
+
+  it('makes one read for a burst of events', async () => {
+    const { api, emit } = setup();
+    const n = await answered(api, 1);
+    for (let i = 0; i < 5; i++) {
+      emit({ event: 'auto_pause_announced' });
+    }
+    await until(
+      () => api.statusCalls.length === n + 1,
+      'the read after the burst'
+    );
+    api.statusCalls[n].resolve(status('running', { seq: 2 }));
+    await new Promise(resolve => setTimeout(resolve, 400));
+    assert.equal(api.statusCalls.length, n + 1);
+  });
+});
