@@ -24,6 +24,7 @@ from typing import Any
 
 from .kube import (
     GKW_LAST_CHECKPOINT_ANNOTATION,
+    GKW_STATE_ANNOTATION,
     LEASE_ANNOTATION,
     PODS,
     PS_NAME_ANNOTATION,
@@ -263,6 +264,24 @@ async def _unpin_workspace(kube: Kube, ns: str, name: str) -> None:
             GKW_LAST_CHECKPOINT_ANNOTATION: None}}}, ns)
 
 
+async def _expired_pin(kube: Kube, ns: str, obj: dict) -> str | None:
+    """The Workspace's last-checkpoint-name when the PodSnapshot it names is gone or being
+    deleted, else None.
+    GKE Workspaces' pod webhook copies that name onto every new pod of the Workspace (ps-name)
+    without checking that the snapshot exists (webhook.go mutatePod), and its policy lets GKE
+    delete a snapshot unused for seven days (retentionConfig lastAccessTimeout: 7d,
+    reconcile.go). A snapshot that cannot be read (no permission) counts as there."""
+    last = ((obj.get("metadata") or {}).get("annotations") or {}).get(
+        GKW_LAST_CHECKPOINT_ANNOTATION)
+    if not last:
+        return None
+    try:
+        snap = await kube.get_or_none(SNAPSHOTS, last, ns)
+    except KubeError:
+        return None
+    return last if snap is None or snap["metadata"].get("deletionTimestamp") else None
+
+
 async def _recreate(kube: Kube, ns: str, pod: dict, snap: str | None, what: str) -> None:
     """Delete exactly this bare pod (uid precondition, never a pod another resume made) and
     create it again, restoring from `snap` when given (ps-name), else cold."""
@@ -310,8 +329,19 @@ async def _start(kube: Kube, kind: str, res: Res, ns: str, name: str, obj: dict,
         if (obj.get("spec") or {}).get("paused"):
             # a stop opted the Workspace out of GKE Workspaces' snapshots: opt it back in
             # before its pod is created (the add-on's pod webhook acts on CREATE)
-            body = opt_in_patch(obj) or {}
-            await kube.patch(res, name, {**body, "spec": {"paused": False}}, ns)
+            annotations = ((opt_in_patch(obj) or {}).get("metadata") or {}).get(
+                "annotations") or {}
+            expired = await _expired_pin(kube, ns, obj)
+            if expired:
+                # the pod webhook would pin the new pod to a snapshot that is gone
+                annotations = {**annotations, GKW_LAST_CHECKPOINT_ANNOTATION: None,
+                               GKW_STATE_ANNOTATION: None}
+                say("resuming", f"pod snapshot {expired} is gone (GKE deletes a snapshot "
+                    "unused for its retention period): the pod starts cold")
+            body: dict[str, Any] = {"spec": {"paused": False}}
+            if annotations:
+                body["metadata"] = {"annotations": annotations}
+            await kube.patch(res, name, body, ns)
             say("resuming", "workspace set to running (spec.paused=false)")
         return None
     if kind == "statefulset":

@@ -8,9 +8,9 @@ resume), which the pause reports while it waits. Those three are all the states 
 (reconcile.go) has no branch for a failed trigger or PodSnapshot, so the Workspace would stay
 "Checkpointing", unpaused, with its pod out of the Service (the webhook set the pod's readiness
 condition `podsnapshot.gke.kubeflow.org/active=False`). The pause therefore reads the add-on's
-trigger and PodSnapshot too, and on their failure ends the checkpoint itself: the failed trigger
-deleted and the checkpoint-state cleared, which hands the Workspace back to the add-on's running
-path, and the failure raised with GKE's own reason.
+trigger and PodSnapshot too, and on their failure ends the checkpoint itself: the checkpoint-state
+cleared, which hands the Workspace back to the add-on's running path (the failed trigger stays,
+see `_end_failed_checkpoint`), and the failure raised with GKE's own reason.
 
 `Workspaces` is the component both cluster backends hold: the kubeflow backend pauses with it,
 and the gke backend too for a pod the add-on manages (gkw.gkw_manages_pod).
@@ -62,6 +62,11 @@ def intercepted(out: dict) -> bool:
         GKW_STATE_ANNOTATION) == "Checkpointing" and not (out.get("spec") or {}).get("paused")
 
 
+def _state_of(obj: dict | None) -> str | None:
+    """The add-on's checkpoint-state of a Workspace (None without one)."""
+    return ((obj or {}).get("metadata", {}).get("annotations") or {}).get(GKW_STATE_ANNOTATION)
+
+
 def opt_in_patch(obj: dict) -> dict | None:
     """The merge patch that undoes a stop's opt-out of the Workspace, or None."""
     ann = (obj.get("metadata") or {}).get("annotations") or {}
@@ -76,6 +81,8 @@ class Workspaces:
 
     # Seconds between reads of the add-on's trigger and PodSnapshot while it checkpoints.
     failure_poll = 1.0
+    # Seconds a dropped readiness condition waits for the add-on's checkpoint-state.
+    state_wait = 10.0
 
     def __init__(self, pod: OwnPod) -> None:
         self.pod = pod
@@ -172,9 +179,15 @@ class Workspaces:
                                                    timeout=window)
                 if got == "gone":
                     return
-                obj = await self.pod.kube.get_or_none(WORKSPACES, ws, ns)
-                state = ((obj or {}).get("metadata", {}).get("annotations") or {}).get(
-                    GKW_STATE_ANNOTATION)
+                # The webhook writes the pod's condition before it answers, and the API server
+                # stores the Workspace (Checkpointing) only after: the state can land a moment
+                # after the condition dropped.
+                try:
+                    state = await self.pod.kube.wait_for(
+                        WORKSPACES, ws, ns, lambda w: "gone" if w is None else _state_of(w),
+                        timeout=self.state_wait)
+                except TimeoutError:
+                    state = None  # out of the Service for another reason: no add-on pause
                 armed = False
                 if state == "Checkpointing":
                     await start_pause("gke-workspaces")
@@ -208,7 +221,13 @@ class Workspaces:
         ctx.progress(f"Pausing workspace {ws}")
         managed = await self.addon_manages(obj)
         before = await self._triggers_of_pod(ns)  # the add-on's trigger is the one made after
-        out = await self.set_paused(ws, ns) or {}
+        # When the add-on holds a pause already (Kubeflow began it: watch_platform_pause), it is
+        # followed, not asked for again: the webhook holds every paused false->true but the one
+        # at Ready, so a second one would re-stamp its checkpoint, and a trigger made already
+        # would be deleted and made anew, a second pod snapshot (webhook.go mutateWorkspace,
+        # reconcile.go reconcileCheckpointing).
+        held = _state_of(obj) == "Checkpointing"
+        out = obj if held else (await self.set_paused(ws, ns) or {})
         # The add-on's answer to the pause in the very response is proof, whatever we read.
         if not (managed or intercepted(out)):
             return ReleaseResult(released=True, stopped_via="workspace", owner=ws)
@@ -235,14 +254,23 @@ class Workspaces:
 
     async def _addon_failure(self, ns: str, before: dict[str, dict],
                              since: str | None = None) -> tuple[dict, str]:
-        """Wait until the trigger the add-on made for this pause (one not in `before`, or made
-        at or after `since`, the add-on's checkpoint-started-at), or its PodSnapshot, failed:
-        (trigger, GKE's reason). Never returns while they are fine or unreadable."""
+        """Wait until the trigger the add-on made for this pause, or its PodSnapshot, failed:
+        (trigger, GKE's reason). Never returns while they are fine or unreadable.
+
+        The add-on stamps its trigger with the Workspace's checkpoint-started-at (`since`) and
+        discards one stamped otherwise (reconcile.go), so a stamped trigger is this pause's
+        exactly when the stamps match. An unstamped one is this pause's when it is not in
+        `before` (the triggers of the pod before the pause) or was made at or after `since`."""
         while True:
             for uid, t in (await self._triggers_of_pod(ns) or {}).items():
-                made = t["metadata"].get("creationTimestamp") or ""
-                if uid in before and not (since and made >= since):
-                    continue
+                stamp = (t["metadata"].get("annotations") or {}).get(GKW_STARTED_ANNOTATION)
+                if stamp is not None and since is not None:
+                    if stamp != since:
+                        continue
+                else:
+                    made = t["metadata"].get("creationTimestamp") or ""
+                    if uid in before and not (since and made >= since):
+                        continue
                 failed = trigger_failure(t)
                 if failed:
                     return t, failed
@@ -257,23 +285,21 @@ class Workspaces:
                         return t, failed
             await asyncio.sleep(self.failure_poll)
 
-    async def _end_failed_checkpoint(self, ws: str, ns: str, trigger: dict) -> str | None:
-        """Undo what the add-on left behind: delete its failed trigger (a pause after would
-        find the name taken) and clear the checkpoint state, so the Workspace is an ordinary
-        running one again. Returns what could not be undone, if anything."""
-        problems = []
-        try:
-            await self.pod.kube.delete(TRIGGERS, trigger["metadata"]["name"], ns,
-                                       uid=trigger["metadata"]["uid"])
-        except KubeError as e:
-            problems.append(f"the failed trigger {trigger['metadata']['name']} was not "
-                            f"deleted ({e})")
+    async def _end_failed_checkpoint(self, ws: str, ns: str) -> str | None:
+        """Undo what the add-on left behind, so the Workspace is an ordinary running one
+        again: clear its checkpoint state (the add-on's reconcileActive then puts the pod back
+        in its Service). The failed trigger stays. Deleting it would wake the add-on at once
+        (the trigger is owned by the Workspace), and a reconcile that still reads Checkpointing,
+        from its cache, creates a new trigger for a missing one (reconcileCheckpointing): GKE
+        would snapshot and stop the pod after all. Left alone it is harmless: the next pause
+        stamps a new checkpoint-started-at, and the add-on replaces a trigger stamped otherwise
+        (reconcile.go). Returns what could not be undone, if anything."""
         try:
             await self.pod.kube.patch(WORKSPACES, ws, {"metadata": {"annotations": {
                 GKW_STATE_ANNOTATION: None, GKW_STARTED_ANNOTATION: None}}}, ns)
         except KubeError as e:
-            problems.append(f"checkpoint-state was not cleared ({e})")
-        return "; ".join(problems) or None
+            return f"checkpoint-state was not cleared ({e})"
+        return None
 
     async def follow_checkpoint(self, ctx: PauseContext, ws: str, ns: str, *,
                                 timeout: float, before: dict[str, dict] | None = None,
@@ -296,7 +322,7 @@ class Workspaces:
         if not failure.done() or failure.cancelled() or failure.exception() is not None:
             return follow.result()
         trigger, why = failure.result()
-        left = await self._end_failed_checkpoint(ws, ns, trigger)
+        left = await self._end_failed_checkpoint(ws, ns)
         ctx.report("gke_workspaces_checkpoint_failed", workspace=ws, reason=why,
                    trigger=trigger["metadata"]["name"], left_behind=left)
         raise BackendError(

@@ -283,6 +283,12 @@ class FakeApiServer:
         # object to store (a mutating webhook on UPDATE, such as GKE Workspaces' Workspace
         # webhook). It reads other objects from `self.store`, never over HTTP.
         self.on_update: list[Any] = []
+        # Called on the server loop with (kind, object) after each delete: a controller whose
+        # informer reacts to the deletion before any other client's next request.
+        self.on_delete: list[Any] = []
+        # Awaited before an update is admitted, with the same arguments: what a webhook does
+        # through the API before it answers (its own writes land before the object is stored).
+        self.before_update: list[Any] = []
         # The ServiceAccount admission plugin is on in every real cluster.
         self.service_account_admission = True
 
@@ -490,6 +496,8 @@ class FakeApiServer:
         obj = copy.deepcopy(old)
         obj["metadata"]["resourceVersion"] = self._next_rv()
         self._emit(kind, "DELETED", obj)
+        for hook in self.on_delete:
+            hook(kind, obj)
         return obj
 
     def items(self, kind: Kind, ns: str | None, labels: str | None, fields: str | None) -> list:
@@ -627,20 +635,28 @@ class FakeApiServer:
         if m == "PUT" and name:
             self._check("update", kind, ns, name, sub, user=user)
             body = await request.json()
+            for hook in self.before_update:
+                await hook(kind, ns, self.get(kind, ns, name), body, sub)
             return web.json_response(self.update(kind, ns, name, body, sub, check_rv=True))
         if m == "PATCH" and name:
             self._check("patch", kind, ns, name, sub, user=user)
             body = await request.json()
-            old = self.get(kind, ns, name)
             ctype = request.headers.get("Content-Type", "")
-            if "json-patch" in ctype:
-                new = json_patch(old, body)
-                check = False
-            else:
+
+            def patched() -> tuple[dict, bool]:
+                old = self.get(kind, ns, name)
+                if "json-patch" in ctype:
+                    return json_patch(old, body), False
                 new = merge_patch(old, body)
                 check = bool((body.get("metadata") or {}).get("resourceVersion"))
                 if not check:
                     new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+                return new, check
+
+            new, _ = patched()
+            for hook in self.before_update:
+                await hook(kind, ns, self.get(kind, ns, name), new, sub)
+            new, check = patched()  # on the object as it is once the hooks are done
             return web.json_response(self.update(kind, ns, name, new, sub, check_rv=check))
         if m == "DELETE" and name:
             self._check("delete", kind, ns, name, user=user)

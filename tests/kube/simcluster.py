@@ -46,6 +46,7 @@ before it exists.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import json
@@ -197,6 +198,13 @@ class SimCluster:
         self.gkw_settle_s = 3.0  # the add-on's wait between holding a pause and its trigger
         self._gkw_settle: dict[str, float] = {}
         self._gkw_admitted: set[str] = set()  # paused answered at admission (admit_on)
+        # The add-on's Workspace webhook takes this long between its own write of the pod's
+        # readiness condition and its answer, after which the API server stores the Workspace.
+        self.gkw_webhook_latency = 0.3
+        # (trigger name, checkpoint-started-at stamp) of every trigger the add-on created
+        self.gkw_triggers_made: list[tuple[str, str | None]] = []
+        # pauses the webhook held again while the Workspace was already Checkpointing
+        self.gkw_held_again = 0
         self.log: list[str] = []
         self.errors: list[str] = []
         self._lock = threading.Lock()
@@ -371,7 +379,9 @@ class SimCluster:
             if e.status != 409:
                 raise
         pod = next((p for p in self.pods() if p["metadata"]["name"] == pod_name), None)
-        if paused and running and state not in ("Checkpointing", "Ready"):
+        if paused and running and state != "Ready":
+            # (only the add-on's own paused=true at Ready passes: a pause while Checkpointing is
+            # held again and re-stamped, webhook.go mutateWorkspace)
             # the webhook: hold the pod, start checkpointing, and take the pod out of the
             # Service at once (readiness condition active=False); the trigger comes after the
             # settle (reconcile.go waits ~3 s for the pod to drain first)
@@ -400,6 +410,12 @@ class SimCluster:
                 if (s["metadata"].get("labels") or {}).get("gke-pod-snapshot-triggered-by") == trig:
                     self.custom.delete_namespaced_custom_object(G, V, self.ns, "podsnapshots",
                                                                 s["metadata"]["name"])
+            try:  # then the trigger, then the annotations
+                self.custom.delete_namespaced_custom_object(G, V, self.ns,
+                                                            "podsnapshotmanualtriggers", trig)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
             patch({"metadata": {"annotations": {GKW + "checkpoint-state": None,
                                                 GKW + "last-checkpoint-name": None,
                                                 GKW + "checkpoint-started-at": None}}})
@@ -412,24 +428,40 @@ class SimCluster:
             self._set_active(pod, "False", "Checkpointing")
             return True
         if state == "Checkpointing":
+            # reconcileCheckpointing (reconcile.go): after the settle, a missing trigger is
+            # created, stamped with the Workspace's checkpoint-started-at and owned by the
+            # Workspace; one stamped otherwise is stale (a pause since) and deleted, the next
+            # pass creating the new one. Every pass does this, so a trigger deleted while the
+            # Workspace is still Checkpointing comes back.
             due = self._gkw_settle.get(name)
             if due is not None:
                 if time.monotonic() < due:
                     return True
                 del self._gkw_settle[name]
-                try:
-                    self.custom.create_namespaced_custom_object(
-                        G, V, self.ns, "podsnapshotmanualtriggers", {
-                            "apiVersion": f"{G}/{V}", "kind": "PodSnapshotManualTrigger",
-                            "metadata": {"name": f"ws-{name}-trigger"},
-                            "spec": {"targetPod": pod_name}})
-                except ApiException as e:
-                    if e.status != 409:
-                        raise
+            stamp = ann.get(GKW + "checkpoint-started-at")
+            trig_name = f"ws-{name}-trigger"
             try:
                 trig = self.custom.get_namespaced_custom_object(
-                    G, V, self.ns, "podsnapshotmanualtriggers", f"ws-{name}-trigger")
-            except ApiException:
+                    G, V, self.ns, "podsnapshotmanualtriggers", trig_name)
+            except ApiException as e:
+                if e.status != 404:
+                    return True
+                self.custom.create_namespaced_custom_object(
+                    G, V, self.ns, "podsnapshotmanualtriggers", {
+                        "apiVersion": f"{G}/{V}", "kind": "PodSnapshotManualTrigger",
+                        "metadata": {"name": trig_name, "annotations": {
+                            GKW + "checkpoint-started-at": stamp},
+                            "ownerReferences": [{
+                                "apiVersion": f"{KF}/{KFV}", "kind": "Workspace",
+                                "name": name, "uid": ws["metadata"]["uid"],
+                                "controller": False, "blockOwnerDeletion": True}]},
+                        "spec": {"targetPod": pod_name}})
+                self.gkw_triggers_made.append((trig_name, stamp))
+                return True
+            if (trig["metadata"].get("annotations") or {}).get(
+                    GKW + "checkpoint-started-at") != stamp:
+                self.custom.delete_namespaced_custom_object(
+                    G, V, self.ns, "podsnapshotmanualtriggers", trig_name)
                 return True
             snap = ((trig.get("status") or {}).get("snapshotCreated") or {}).get("name")
             ready = snap and any(s["metadata"]["name"] == snap and cond(s, "Ready") and
@@ -437,7 +469,8 @@ class SimCluster:
                                  for s in self.cr("podsnapshots"))
             if ready:  # no branch for a failed trigger: the add-on's known gap
                 patch({"spec": {"paused": True}, "metadata": {"annotations": {
-                    GKW + "checkpoint-state": "Ready", GKW + "last-checkpoint-name": snap}}})
+                    GKW + "checkpoint-state": "Ready", GKW + "last-checkpoint-name": snap,
+                    GKW + "checkpoint-started-at": None}}})
                 # the Workspace controller acts on paused=true at once (this very step), so
                 # the StatefulSet is scaled to 0 before it could re-create the stopped pod
                 ws.setdefault("spec", {})["paused"] = True
@@ -466,27 +499,87 @@ class SimCluster:
         wsk = server.kind_for(KF, KFV, "workspacekinds")
         pods = server.kind_for("", "v1", "pods")
 
-        def mutate(kind: Any, ns: str | None, old: dict, new: dict, sub: str | None) -> dict:
+        def held(kind: Any, ns: str | None, old: dict, new: dict, sub: str | None) -> list:
+            """The Workspace's running pods when this update is a pause the webhook holds: a
+            paused false->true of a managed Workspace (every one but the add-on's own
+            paused=true at Ready: one while Checkpointing is held again and re-stamped)."""
             if kind.plural != "workspaces" or sub is not None or ns != self.ns:
-                return new
+                return []
             ann = (new.get("metadata") or {}).get("annotations") or {}
             if (old.get("spec") or {}).get("paused") or not (new.get("spec") or {}).get(
-                    "paused") or ann.get(GKW + "checkpoint-state") in ("Checkpointing", "Ready"):
-                return new  # only false->true, and not the add-on's own paused=true at Ready
+                    "paused") or ann.get(GKW + "checkpoint-state") == "Ready":
+                return []
             name = new["metadata"]["name"]
-            running = any((p.get("metadata", {}).get("labels") or {}).get(WS_LABEL) == name and
-                          (p.get("status") or {}).get("phase") == "Running"
-                          for p in server.items(pods, ns, None, None))
+            running = [p for p in server.items(pods, ns, None, None)
+                       if (p.get("metadata", {}).get("labels") or {}).get(WS_LABEL) == name
+                       and (p.get("status") or {}).get("phase") == "Running"]
             if not running or not self.addon_manages(
                     new, kind_of=lambda n: server.get(wsk, None, n)):
+                return []
+            return running
+
+        async def before(kind: Any, ns: str | None, old: dict, new: dict,
+                         sub: str | None) -> None:
+            # webhook.go mutateWorkspace: setPodActiveCondition(False) is the webhook's own
+            # UpdateStatus of the pod, done before it answers; the API server stores the
+            # Workspace only after the answer. A client watching the pod sees the condition
+            # drop while the Workspace still reads as it was.
+            for pod in held(kind, ns, old, new, sub):
+                if has_gate(pod):
+                    body = copy.deepcopy(pod)
+                    body["status"]["conditions"] = set_cond(
+                        body["status"].get("conditions") or [],
+                        mkcond(GKW + "active", "False", "CheckpointingInProgress"))
+                    server.update(pods, ns, pod["metadata"]["name"], body, "status",
+                                  check_rv=False)
+                await asyncio.sleep(self.gkw_webhook_latency)
+
+        def mutate(kind: Any, ns: str | None, old: dict, new: dict, sub: str | None) -> dict:
+            if not held(kind, ns, old, new, sub):
                 return new
+            ann = (new.get("metadata") or {}).get("annotations") or {}
+            if ann.get(GKW + "checkpoint-state") == "Checkpointing":
+                self.gkw_held_again += 1  # re-stamped: a trigger made already is stale now
             new = copy.deepcopy(new)
             new["spec"]["paused"] = False
             new["metadata"]["annotations"] = {**ann, GKW + "checkpoint-state": "Checkpointing",
                                               GKW + "checkpoint-started-at": now_iso()}
-            self._gkw_admitted.add(name)
+            self._gkw_admitted.add(new["metadata"]["name"])
             return new
 
+        def trigger_deleted(kind: Any, obj: dict) -> None:
+            # The add-on's informers re-enqueue the Workspace that owns a deleted trigger at
+            # once (informers.go), and reconcileCheckpointing creates a missing trigger while the
+            # Workspace reads Checkpointing (reconcile.go): a trigger deleted then comes back
+            # before anyone's next request.
+            if kind.plural != "podsnapshotmanualtriggers":
+                return
+            owner = next((r for r in obj["metadata"].get("ownerReferences") or []
+                          if r.get("kind") == "Workspace"), None)
+            ns = obj["metadata"].get("namespace")
+            if owner is None or ns != self.ns:
+                return
+            try:
+                ws = server.get(server.kind_for(KF, KFV, "workspaces"), ns, owner["name"])
+            except Exception:  # noqa: BLE001 (the Workspace is gone: nothing to reconcile)
+                return
+            stamp = ((ws["metadata"].get("annotations") or {}).get(
+                GKW + "checkpoint-started-at"))
+            if (ws["metadata"].get("annotations") or {}).get(
+                    GKW + "checkpoint-state") != "Checkpointing":
+                return
+            if stamp and (datetime.now(timezone.utc) - datetime.fromisoformat(
+                    stamp.replace("Z", "+00:00"))).total_seconds() < self.gkw_settle_s:
+                return  # still settling: the reconcile loop creates it after the settle
+            body = copy.deepcopy({k: obj[k] for k in ("apiVersion", "kind", "spec")})
+            body["metadata"] = {"name": obj["metadata"]["name"], "annotations": {
+                GKW + "checkpoint-started-at": stamp},
+                "ownerReferences": obj["metadata"]["ownerReferences"]}
+            server.create(kind, ns, body)
+            self.gkw_triggers_made.append((obj["metadata"]["name"], stamp))
+
+        server.before_update.append(before)
+        server.on_delete.append(trigger_deleted)
         server.on_update.append(mutate)
 
     def _set_active(self, pod: dict | None, status: str, reason: str) -> None:

@@ -1,14 +1,19 @@
 """GKE Workspaces' snapshot add-on off its happy path (tier 1, the simulator).
 
-Modelled on gke-labs/workspaces providers/gke/internal/snapshot (read as the project's API notes
-record it; the repository could not be fetched again for this reading):
+Modelled on gke-labs/workspaces providers/gke/internal/snapshot (webhook.go, reconcile.go,
+informers.go, cache.go at df69eff6):
 - webhook.go mutateWorkspace holds every paused false->true of a managed Workspace and sets the
   pod's readiness condition `podsnapshot.gke.kubeflow.org/active=False` at once (the pod leaves
   its Service); the trigger follows after a ~3 s settle;
 - reconcile.go reconcileCheckpointing has no branch for a failed trigger or PodSnapshot: the
   Workspace stays Checkpointing, unpaused, out of the Service;
+- reconcile.go reconcileCheckpointing creates the trigger `ws-<name>-trigger`, stamped with the
+  Workspace's checkpoint-started-at and owned by it, whenever it is missing while the Workspace
+  reads Checkpointing (the trigger's deletion re-enqueues the Workspace at once), and discards
+  one stamped otherwise;
 - webhook.go mutatePod pins every new pod to the Workspace's last-checkpoint-name (ps-name), which
-  reconcileActive clears only once a pod is Ready.
+  reconcileActive clears only once a pod is Ready; it never checks that the snapshot exists,
+  and the add-on's policy lets GKE delete one unused for 7 days (retentionConfig).
 What GKE does with a ps-name that names no snapshot is documented nowhere: the simulator records
 such pods (`pinned_missing`) rather than assume a clean cold start.
 """
@@ -16,6 +21,7 @@ such pods (`pinned_missing`) rather than assume a clean cold start.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
@@ -30,6 +36,7 @@ from .conftest import GKW_ENABLED, NS, pause_ctx, resume_ctx
 from .test_kubeflow_gke_workspaces import KF, KFV, LAST, STATE, example_kind, start_workspace
 
 ACTIVE = "podsnapshot.gke.kubeflow.org/active"
+STARTED = "podsnapshot.gke.kubeflow.org/checkpoint-started-at"
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -88,17 +95,20 @@ async def test_a_failed_addon_snapshot_is_ended_and_said(notebook_client, kfsim,
     assert time.monotonic() - t0 < 20  # read from GKE's conditions, not the 60 s timeout
     (event,) = [f for e, f in recorder.events if e == "gke_workspaces_checkpoint_failed"]
     assert gke_says in event["reason"] and event["left_behind"] is None
-    # the stuck state is gone: no checkpoint-state, no failed trigger, the pod back in service
+    # the stuck state is gone: no checkpoint-state, the pod back in service; the failed
+    # trigger stays (deleting it would wake the add-on into making a new one)
     ann = ws_obj(kfsim)["metadata"].get("annotations") or {}
     assert STATE not in ann and ws_obj(kfsim)["spec"]["paused"] is False
-    assert not kfsim.cr("podsnapshotmanualtriggers")
+    (failed,) = kfsim.cr("podsnapshotmanualtriggers")
     await asyncio.to_thread(kfsim.wait, lambda: pod_cond(kfsim, "Ready") == "True", 10,
                             "pod Ready again")
-    # and the next pause works
+    # and the next pause works: the add-on replaces the trigger of the old stamp
     kfsim.trigger_outcome, kfsim.upload_outcome = "complete", "ready"
     ctx = pause_ctx(recorder, "f2")
     await b.snapshot(ctx)
     assert (await b.release(ctx)).checkpoint_state == "Ready"
+    assert len(kfsim.gkw_triggers_made) == 2, kfsim.gkw_triggers_made
+    assert kfsim.gkw_triggers_made[1][1] != failed["metadata"]["annotations"][STARTED]
 
 
 async def test_cold_restart_does_not_pin_the_new_pod_to_the_deleted_snapshot(
@@ -190,3 +200,91 @@ async def test_a_statefulset_recreates_a_stopped_pod(kfsim):
     await asyncio.to_thread(kfsim.wait, lambda: any(
         p["metadata"]["uid"] != first["metadata"]["uid"] and
         p["status"].get("phase") == "Running" for p in kfsim.pods()), 10, "nb-0 re-created")
+
+
+async def test_ending_a_failed_snapshot_never_brings_the_trigger_back(notebook_client, kfsim,
+                                                                      recorder):
+    """Before, the failed trigger was deleted while the Workspace still read Checkpointing: the
+    add-on, woken by the deletion of a trigger it owns, made a new one at once, and GKE would
+    snapshot and stop the pod the pause had just said keeps running."""
+    pod = await running_workspace(kfsim)
+    kfsim.trigger_outcome = "failed"
+    b = backend(notebook_client, pod, checkpoint_timeout=60)
+    ctx = pause_ctx(recorder)
+    await b.snapshot(ctx)
+    with pytest.raises(BackendError) as err:
+        await asyncio.wait_for(b.release(ctx), 30)
+    assert err.value.reason == "snapshot_failed" and "keeps running" in str(err.value)
+    await asyncio.to_thread(kfsim.wait, lambda: pod_cond(kfsim, "Ready") == "True", 10,
+                            "pod Ready again")
+    await asyncio.sleep(1.0)  # a few rounds of the add-on's reconcile loop
+    assert len(kfsim.gkw_triggers_made) == 1, kfsim.gkw_triggers_made
+    assert kfsim.snapshots_created == 0 and pod_cond(kfsim, "Ready") == "True"
+
+
+async def test_a_resume_after_the_snapshot_expired_starts_cold_without_a_pin(
+        admin, notebook_client, kfsim, recorder):
+    """GKE deleted the pod snapshot (unused past the policy's retention) while the Workspace
+    was paused. Before, the resume set paused=false as it was, and the pod webhook pinned the
+    new pod to the snapshot that is gone."""
+    pod = await running_workspace(kfsim)
+    b = backend(notebook_client, pod, checkpoint_timeout=30)
+    ctx = pause_ctx(recorder)
+    await b.snapshot(ctx)
+    snap = (await b.release(ctx)).snapshot
+    assert snap and ws_obj(kfsim)["metadata"]["annotations"][LAST] == snap
+    await asyncio.to_thread(kfsim.wait, lambda: not kfsim.pods(), 10, "pod stopped")
+    # GKE's retention deletes the unused snapshot (lastAccessTimeout: 7d)
+    await asyncio.to_thread(kfsim.custom.delete_namespaced_custom_object, "podsnapshot.gke.io",
+                            "v1", NS, "podsnapshots", snap)
+    said: list[str] = []
+    out = await resume_workspace(Kube(admin), NS, "ws1", poll=0.05, timeout=30,
+                                 restored_condition_wait=0,
+                                 on_update=lambda u: said.append(u["reason"] or ""))
+    assert out["state"] == "started" and "restores from the checkpoint" in out["reason"], out
+    (p,) = kfsim.pods()
+    assert PS_NAME_ANNOTATION not in (p["metadata"].get("annotations") or {}), said
+    assert kfsim.pinned_missing == []
+    assert any(snap in m and "is gone" in m for m in said), said
+    ann = ws_obj(kfsim)["metadata"].get("annotations") or {}
+    assert LAST not in ann and STATE not in ann, ann
+
+
+async def test_a_platform_pause_is_seen_when_its_state_lands_after_the_condition(
+        apiserver, notebook_client, kfsim):
+    """A pause Kubeflow began: webhook.go mutateWorkspace writes the pod's readiness condition
+    (its own UpdateStatus) before it answers, and the API server stores the Workspace,
+    Checkpointing, only after. Before, the watcher read the Workspace once when the condition
+    dropped, found no checkpoint-state, and never took the application checkpoint."""
+    pod = await running_workspace(kfsim)
+    kfsim.stop()  # the add-on's loop stays out of it (it would put the pod back in service)
+    b = backend(notebook_client, pod)
+    started: list[str] = []
+
+    async def start_pause(trigger: str) -> None:
+        started.append(trigger)
+
+    def requests_since(n: int) -> list[tuple[str, str]]:
+        return apiserver.call(lambda: list(apiserver.server.requests[n:]))
+
+    n = apiserver.call(lambda: len(apiserver.server.requests))
+    watcher = asyncio.create_task(b.workspaces.watch_platform_pause(start_pause))
+    try:
+        await asyncio.to_thread(kfsim.wait, lambda: ("watch", "pods") in requests_since(n),
+                                10, "the watcher watching its pod")
+        # the webhook's own write first: the pod leaves its Service
+        n = apiserver.call(lambda: len(apiserver.server.requests))
+        (p,) = kfsim.pods()
+        kfsim._set_active(p, "False", "CheckpointingInProgress")
+        await asyncio.to_thread(kfsim.wait, lambda: any(
+            r == "workspaces" for _, r in requests_since(n)), 10, "the watcher's read")
+        # then the Workspace as the webhook answered it
+        await asyncio.to_thread(kfsim.custom.patch_namespaced_custom_object, KF, KFV, NS,
+                                "workspaces", "ws1", {"metadata": {"annotations": {
+                                    STATE: "Checkpointing", STARTED: "2026-12-01T10:00:00Z"}}})
+        await asyncio.to_thread(kfsim.wait, lambda: started == ["gke-workspaces"], 10,
+                                "the application checkpoint started")
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher

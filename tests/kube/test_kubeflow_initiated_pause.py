@@ -78,3 +78,45 @@ async def test_a_kubeflow_pause_is_checkpointed_before_the_snapshot(
     assert ws["metadata"]["annotations"][STATE] == "Ready" and ws["spec"]["paused"] is True
     st = await api("GET", "status")
     assert st["state"] == "paused", st
+
+
+async def test_a_kubeflow_pause_takes_one_pod_snapshot(workspace_pod, jp_serverapp, jp_fetch,
+                                                       api):
+    """The pause the add-on holds already is followed, not asked for again. Before, the
+    server's own paused=true reached the add-on's webhook while the Workspace read
+    Checkpointing; the webhook holds every paused false->true but the one at Ready and
+    re-stamps checkpoint-started-at (webhook.go mutateWorkspace), and the reconciler replaces a
+    trigger of another stamp (reconcile.go reconcileCheckpointing): a second pod snapshot."""
+    sim, _ = workspace_pod
+    sim.gkw_settle_s = 0.0  # the add-on's trigger exists before the checkpoint is written
+    sim.trigger_outcome = "hold"  # and GKE has not picked it up yet
+    lifecycle = jp_serverapp.web_app.settings["jupyter_pause_lifecycle"]
+    await lifecycle.start()
+    r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
+        {"path": "nb.ipynb", "name": "nb.ipynb", "type": "notebook",
+         "kernel": {"name": "python3"}}))
+    await _run(jp_serverapp, json.loads(r.body)["kernel"]["id"], "x = 41 + 1")
+    await asyncio.to_thread(sim.custom.patch_namespaced_custom_object, KF, KFV, NS,
+                            "workspaces", "ws1", {"spec": {"paused": True}})
+
+    def journal() -> list[dict]:
+        path = lifecycle.journal.journal_path
+        return [json.loads(line) for line in path.read_text().splitlines()] if \
+            path.exists() else []
+
+    await asyncio.to_thread(sim.wait, lambda: any(
+        e["event"] == "checkpoint_written" for e in journal()), 20, "a checkpoint")
+    # (held writes: after the checkpoint, the pause's events are in memory only)
+    await asyncio.to_thread(sim.wait, lambda: lifecycle.state["state"] == "releasing", 20,
+                            "the release")
+    # the release's first reads and (before) its paused=true: give them time to land
+    deadline = asyncio.get_running_loop().time() + 2.0
+    while not sim.gkw_held_again and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    sim.trigger_outcome = "complete"
+    await lifecycle.wait()
+    assert sim.gkw_held_again == 0
+    assert [t for t, _ in sim.gkw_triggers_made] == ["ws-ws1-trigger"], sim.gkw_triggers_made
+    assert sim.snapshots_created == 1
+    st = await api("GET", "status")
+    assert st["state"] == "paused", st

@@ -1,7 +1,8 @@
 # jupyter-pause's server settings for Kubeflow Workspaces, built into the image at
 # /usr/local/etc/jupyter/jupyter_server_config.py (Dockerfile): a path on every Jupyter config
-# path that the image leaves free, loaded before /etc/jupyter's so the image's own file (and the
-# one GKE Workspaces' pod webhook may mount there for IPC) stays in force for everything else.
+# path that the image leaves free. Jupyter loads the path's lowest place first, so this file comes
+# after /etc/jupyter's and wins only for the settings it makes: the image's own file (and the one
+# GKE Workspaces' pod webhook mounts there for IPC) stays in force for everything else.
 import asyncio
 import selectors
 
