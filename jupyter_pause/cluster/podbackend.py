@@ -110,8 +110,8 @@ class PodBackend(LocalBackend):
     async def resume(self, ctx: ResumeContext) -> ResumeResult:
         # The pod is back already (this server runs in it); bring the kernels back like local does.
         self.pod.paused_as = {}
-        if ctx.pause.get("mode") == "stop":
-            await self._undo_stop_opt_out()
+        # a stop, or a pause of a pod the add-on had not set up, may have opted it out
+        await self._undo_stop_opt_out()
         return await super().resume(ctx)
 
     async def watch_platform_pause(self, start_pause: Callable[[str], Awaitable[Any]]) -> None:

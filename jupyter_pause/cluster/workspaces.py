@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -60,6 +61,14 @@ def intercepted(out: dict) -> bool:
     checkpoint-state Checkpointing in the very response."""
     return ((out.get("metadata") or {}).get("annotations") or {}).get(
         GKW_STATE_ANNOTATION) == "Checkpointing" and not (out.get("spec") or {}).get("paused")
+
+
+# A pod of a Workspace the add-on manages that its pod webhook did not set up: it was created
+# while the Workspace was opted out (a stop) or while the webhook was down (failurePolicy:
+# Ignore), so it runs without gVisor, which a pod snapshot needs, and without the add-on's
+# readiness gate, its mark (webhook.go mutatePod adds both at CREATE).
+NOT_SET_UP = ("this pod was started without GKE Workspaces' snapshot setup (no gVisor "
+              "sandbox, no readiness gate), so GKE cannot snapshot it")
 
 
 def _state_of(obj: dict | None) -> str | None:
@@ -208,9 +217,12 @@ class Workspaces:
         # The add-on stops the pod after it (postCheckpoint: stop, reconcile.go): from then on
         # the pause writes nothing to the pod's volumes (the lifecycle's hold_writes).
         managed = await self.addon_manages(obj)
+        unset = managed and not has_gate(await self.pod.get())
         # "kubeflow" whichever backend asked: the pause goes through the Kubeflow Workspace.
         return SnapshotResult(skipped=True, workspace=ws, backend="kubeflow",
-                              gke_workspaces=managed, hold_writes=managed)
+                              gke_workspaces=managed and not unset,
+                              hold_writes=managed and not unset,
+                              reason=NOT_SET_UP if unset else None)
 
     async def release(self, ctx: PauseContext, *, timeout: float) -> ReleaseResult:
         """Pause the Workspace; with the add-on, follow its pod snapshot for `timeout` s."""
@@ -220,6 +232,13 @@ class Workspaces:
             return await self.stop(ws, ns)
         ctx.progress(f"Pausing workspace {ws}")
         managed = await self.addon_manages(obj)
+        if managed and not has_gate(await self.pod.get()):
+            # The add-on would hold the pause and trigger a snapshot GKE cannot take: paused
+            # like a stop (opted out for it, opted back in by the resume, whose new pod gets
+            # the add-on's setup); the kernels come back from the checkpoint.
+            ctx.progress(f"Pausing workspace {ws} without a pod snapshot: {NOT_SET_UP}")
+            stopped = await self.stop(ws, ns)
+            return dataclasses.replace(stopped, reason=NOT_SET_UP)
         before = await self._triggers_of_pod(ns)  # the add-on's trigger is the one made after
         # When the add-on holds a pause already (Kubeflow began it: watch_platform_pause), it is
         # followed, not asked for again: the webhook holds every paused false->true but the one

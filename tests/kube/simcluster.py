@@ -640,8 +640,9 @@ class SimCluster:
         return opted(ann) or opted(kind["metadata"].get("annotations") or {})
 
     def gkw_pod_webhook(self, body: dict) -> dict:
-        """webhook.go mutatePod on Pod CREATE: a managed Workspace's pod gets the readiness gate
-        (once) and ps-name = the Workspace's last-checkpoint-name; TPU pods are left alone."""
+        """webhook.go mutatePod on Pod CREATE: a managed Workspace's pod gets runtimeClassName
+        gvisor, the readiness gate (once) and ps-name = the Workspace's last-checkpoint-name;
+        TPU pods are left alone. (Not modelled: the IPC ConfigMap it mounts.)"""
         meta = body.get("metadata") or {}
         ws_name = (meta.get("labels") or {}).get(WS_LABEL)
         if not ws_name:
@@ -659,6 +660,7 @@ class SimCluster:
         if not self.addon_manages(ws):
             return body
         body = copy.deepcopy(body)
+        body["spec"]["runtimeClassName"] = "gvisor"  # GKE Sandbox, which pod snapshots need
         gates = body["spec"].setdefault("readinessGates", [])
         if not any(g.get("conditionType") == GKW + "active" for g in gates):
             gates.append({"conditionType": GKW + "active"})

@@ -288,3 +288,35 @@ async def test_a_platform_pause_is_seen_when_its_state_lands_after_the_condition
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
+
+
+async def test_a_pod_the_addon_did_not_set_up_is_paused_without_a_snapshot(
+        admin, notebook_client, kfsim, recorder):
+    """The Workspace was opted out when its pod was created (a stop, or the add-on's webhook
+    down: failurePolicy Ignore), and opted in since: webhook.go mutatePod gave the pod neither
+    gVisor, which a pod snapshot needs, nor the readiness gate. Before, the pause went through
+    the add-on, which held it and triggered a snapshot GKE cannot take."""
+    pod = await asyncio.to_thread(start_workspace, kfsim, example_kind(),
+                                  {GKW_ENABLED: "false"})
+    (p,) = kfsim.pods()
+    assert not p["spec"].get("readinessGates") and not p["spec"].get("runtimeClassName")
+    await asyncio.to_thread(kfsim.custom.patch_namespaced_custom_object, KF, KFV, NS,
+                            "workspaces", "ws1",
+                            {"metadata": {"annotations": {GKW_ENABLED: "true"}}})
+    b = backend(notebook_client, pod, checkpoint_timeout=30)
+    ctx = pause_ctx(recorder)
+    snap = await b.snapshot(ctx)
+    assert snap.gke_workspaces is False and snap.hold_writes is False, snap
+    rel = await asyncio.wait_for(b.release(ctx), 20)
+    assert rel.released and rel.snapshot_opt_out and "cannot snapshot it" in (rel.reason or "")
+    await asyncio.to_thread(kfsim.wait, lambda: not kfsim.pods(), 10, "pod stopped")
+    assert not kfsim.gkw_triggers_made and kfsim.snapshots_created == 0
+    ws = ws_obj(kfsim)
+    assert ws["spec"]["paused"] is True and STATE not in (ws["metadata"].get("annotations") or {})
+    # the resume opts it back in before the pod is created: the new pod is set up
+    out = await resume_workspace(Kube(admin), NS, "ws1", poll=0.05, timeout=30,
+                                 restored_condition_wait=0)
+    assert out["state"] == "started", out
+    (p,) = kfsim.pods()
+    assert p["spec"].get("runtimeClassName") == "gvisor", p["spec"]
+    assert [g["conditionType"] for g in p["spec"]["readinessGates"]] == [ACTIVE]
