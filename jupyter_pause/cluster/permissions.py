@@ -35,7 +35,8 @@ STATEFULSET_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
 KUBEFLOW_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     **_OWN_POD,
     (KUBEFLOW_GROUP, "workspaces"): ("get", "list", "watch", "patch"),  # spec.paused
-    (SNAPSHOT_GROUP, "podsnapshotmanualtriggers"): ("get", "list", "watch", "delete"),
+    # read only: a failed trigger of the add-on is left to it (workspaces.py)
+    (SNAPSHOT_GROUP, "podsnapshotmanualtriggers"): ("get", "list", "watch"),
     (SNAPSHOT_GROUP, "podsnapshots"): ("get", "list", "watch"),
 }
 # Cluster-scoped and read-only, each for one known object (resourceNames in rbac.yaml): doctor

@@ -154,7 +154,7 @@ async def test_doctor_workspace_pod_reviews_the_kind_read_and_points_to_the_work
     from rbac.yaml's ClusterRoleBinding, so doctor reviews it and says where each grant lives."""
     pod = make_workspace(sim)
     apiserver.call(apiserver.server.deny, "get", "workspacekinds")
-    apiserver.call(apiserver.server.deny, "delete", "podsnapshotmanualtriggers")
+    apiserver.call(apiserver.server.deny, "watch", "podsnapshotmanualtriggers")
     for backend_name, roles in (("kubeflow", ["jupyter-pause-kubeflow"]),
                                 ("gke", ["jupyter-pause-notebook", "jupyter-pause-kubeflow"])):
         checks = {c.name: c for c in await run_checks(
@@ -164,7 +164,7 @@ async def test_doctor_workspace_pod_reviews_the_kind_read_and_points_to_the_work
         assert (kinds.status, kinds.detail) == ("missing", "denied: get on jupyterlab")
         assert "ClusterRoleBinding" in kinds.fix and "system:serviceaccounts:user-ns" in kinds.fix
         trig = checks["rbac podsnapshotmanualtriggers.podsnapshot.gke.io"]
-        assert trig.status == "missing" and "denied: delete" in trig.detail
+        assert trig.status == "missing" and "denied: watch" in trig.detail
         assert "podTemplate.serviceAccount" in trig.fix
         assert [r for r in ("jupyter-pause-notebook", "jupyter-pause-kubeflow")
                 if r in trig.fix] == roles, trig.fix
