@@ -30,8 +30,8 @@ STATEFULSET_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
 }
 # The kubeflow backend (each Workspace's own account, through the WorkspaceKind's
 # serviceAccount.clusterRoles): ClusterRole jupyter-pause-kubeflow. It pauses the own Workspace
-# and only reads what GKE Workspaces' add-on creates, with one exception: the add-on's trigger
-# that failed is deleted, since the add-on leaves it behind (workspaces.py).
+# and only reads what GKE Workspaces' add-on creates (a failed trigger is left to the add-on,
+# workspaces.py).
 KUBEFLOW_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     **_OWN_POD,
     (KUBEFLOW_GROUP, "workspaces"): ("get", "list", "watch", "patch"),  # spec.paused

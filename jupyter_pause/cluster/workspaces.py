@@ -125,9 +125,15 @@ class Workspaces:
         opted_out = False
         if await self.addon_manages(obj):
             ann = obj["metadata"].get("annotations") or {}
-            await checked(self.pod.kube.patch(WORKSPACES, ws, {"metadata": {"annotations": {
+            body: dict[str, Any] = {
                 GKW_ENABLED_ANNOTATION: "false",
-                STOP_OPT_OUT_ANNOTATION: ann.get(GKW_ENABLED_ANNOTATION, "")}}}, ns))
+                STOP_OPT_OUT_ANNOTATION: ann.get(GKW_ENABLED_ANNOTATION, "")}
+            if _state_of(obj) == "Checkpointing":
+                # a checkpoint the add-on holds (of a pod it cannot snapshot) ends here: an
+                # opted-out Workspace is not reconciled, so nothing else would clear it
+                body.update({GKW_STATE_ANNOTATION: None, GKW_STARTED_ANNOTATION: None})
+            await checked(self.pod.kube.patch(WORKSPACES, ws, {"metadata": {
+                "annotations": body}}, ns))
             opted_out = True
         out = await self.set_paused(ws, ns) or {}
         if intercepted(out):
@@ -167,8 +173,11 @@ class Workspaces:
                     log.debug("jupyter-pause: no platform pauses to watch: %s", e)
                     return
                 ws = (pod["metadata"].get("labels") or {}).get(WORKSPACE_LABEL)
-                if not ws or not has_gate(pod):
-                    return  # not a pod the add-on snapshots (its gate is added at creation)
+                if not ws:
+                    return  # not a Workspace's pod
+                # (a pod without the add-on's gate is watched too: the add-on writes the
+                # condition on any pod of a Workspace it manages, and such a pause is then
+                # ended as one GKE cannot snapshot, see release())
                 name, ns = pod["metadata"]["name"], pod["metadata"]["namespace"]
 
                 def flipped(p: dict | None, want_false: bool) -> Any:
@@ -193,9 +202,10 @@ class Workspaces:
                 # after the condition dropped.
                 try:
                     state = await self.pod.kube.wait_for(
-                        WORKSPACES, ws, ns, lambda w: "gone" if w is None else _state_of(w),
+                        WORKSPACES, ws, ns, lambda w: "gone" if w is None else (
+                            _state_of(w) == "Checkpointing" and "Checkpointing"),
                         timeout=self.state_wait)
-                except TimeoutError:
+                except TimeoutError:  # (a Restoring or Ready left from before is not a pause)
                     state = None  # out of the Service for another reason: no add-on pause
                 armed = False
                 if state == "Checkpointing":
@@ -255,9 +265,10 @@ class Workspaces:
         # by itself either saw Ready, or wakes up in the pod restored from that snapshot.
         # A pause that Kubeflow began (watch_platform_pause) comes here after the add-on may
         # have made its trigger: what it made since it started checkpointing is this pause's.
-        since = (((out.get("metadata") or {}).get("annotations") or {}).get(
-            GKW_STARTED_ANNOTATION) or ((obj.get("metadata") or {}).get("annotations") or {}).get(
-            GKW_STARTED_ANNOTATION))
+        # (never a stamp the Workspace kept from an earlier pause: `out` is the answer to this
+        # pause, or the Workspace as the add-on holds it)
+        since = ((out.get("metadata") or {}).get("annotations") or {}).get(
+            GKW_STARTED_ANNOTATION)
         return await self.follow_checkpoint(ctx, ws, ns, timeout=timeout, before=before,
                                             since=since)
 

@@ -255,7 +255,8 @@ async def test_a_platform_pause_is_seen_when_its_state_lands_after_the_condition
     """A pause Kubeflow began: webhook.go mutateWorkspace writes the pod's readiness condition
     (its own UpdateStatus) before it answers, and the API server stores the Workspace,
     Checkpointing, only after. Before, the watcher read the Workspace once when the condition
-    dropped, found no checkpoint-state, and never took the application checkpoint."""
+    dropped, found no checkpoint-state (or one left from before), and never took the
+    application checkpoint."""
     pod = await running_workspace(kfsim)
     kfsim.stop()  # the add-on's loop stays out of it (it would put the pod back in service)
     b = backend(notebook_client, pod)
@@ -267,6 +268,10 @@ async def test_a_platform_pause_is_seen_when_its_state_lands_after_the_condition
     def requests_since(n: int) -> list[tuple[str, str]]:
         return apiserver.call(lambda: list(apiserver.server.requests[n:]))
 
+    # a resume's Restoring not cleared yet (the add-on clears it once the pod is Ready)
+    await asyncio.to_thread(kfsim.custom.patch_namespaced_custom_object, KF, KFV, NS,
+                            "workspaces", "ws1", {"metadata": {"annotations": {
+                                STATE: "Restoring"}}})
     n = apiserver.call(lambda: len(apiserver.server.requests))
     watcher = asyncio.create_task(b.workspaces.watch_platform_pause(start_pause))
     try:
