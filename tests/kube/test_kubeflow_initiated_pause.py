@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -45,18 +47,15 @@ def jp_server_config(tmp_path, apiserver):
     return cfg
 
 
-async def test_a_kubeflow_pause_is_checkpointed_before_the_snapshot(
-        workspace_pod, jp_serverapp, jp_fetch, api):
-    sim, _ = workspace_pod
+async def dashboard_pause(sim, jp_serverapp, jp_fetch) -> tuple[Any, Callable[[], list[dict]]]:
+    """A notebook with a variable, then Kubeflow's dashboard pause (spec.paused only); returns
+    the lifecycle and a reader of its journal once the checkpoint is written."""
     lifecycle = jp_serverapp.web_app.settings["jupyter_pause_lifecycle"]
     await lifecycle.start()  # what the server's start runs (pytest-jupyter's does not)
     r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
         {"path": "nb.ipynb", "name": "nb.ipynb", "type": "notebook",
          "kernel": {"name": "python3"}}))
-    kid = json.loads(r.body)["kernel"]["id"]
-    await _run(jp_serverapp, kid, "x = 41 + 1")
-
-    # the dashboard's pause: spec.paused only
+    await _run(jp_serverapp, json.loads(r.body)["kernel"]["id"], "x = 41 + 1")
     await asyncio.to_thread(sim.custom.patch_namespaced_custom_object, KF, KFV, NS,
                             "workspaces", "ws1", {"spec": {"paused": True}})
 
@@ -67,6 +66,13 @@ async def test_a_kubeflow_pause_is_checkpointed_before_the_snapshot(
 
     await asyncio.to_thread(sim.wait, lambda: any(
         e["event"] == "checkpoint_written" for e in journal()), 20, "a checkpoint")
+    return lifecycle, journal
+
+
+async def test_a_kubeflow_pause_is_checkpointed_before_the_snapshot(
+        workspace_pod, jp_serverapp, jp_fetch, api):
+    sim, _ = workspace_pod
+    lifecycle, journal = await dashboard_pause(sim, jp_serverapp, jp_fetch)
     events = journal()
     (asked,) = [e for e in events if e["event"] == "pause_requested"]
     assert asked["trigger"] == "gke-workspaces", asked
@@ -91,22 +97,7 @@ async def test_a_kubeflow_pause_takes_one_pod_snapshot(workspace_pod, jp_servera
     sim, _ = workspace_pod
     sim.gkw_settle_s = 0.0  # the add-on's trigger exists before the checkpoint is written
     sim.trigger_outcome = "hold"  # and GKE has not picked it up yet
-    lifecycle = jp_serverapp.web_app.settings["jupyter_pause_lifecycle"]
-    await lifecycle.start()
-    r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
-        {"path": "nb.ipynb", "name": "nb.ipynb", "type": "notebook",
-         "kernel": {"name": "python3"}}))
-    await _run(jp_serverapp, json.loads(r.body)["kernel"]["id"], "x = 41 + 1")
-    await asyncio.to_thread(sim.custom.patch_namespaced_custom_object, KF, KFV, NS,
-                            "workspaces", "ws1", {"spec": {"paused": True}})
-
-    def journal() -> list[dict]:
-        path = lifecycle.journal.journal_path
-        return [json.loads(line) for line in path.read_text().splitlines()] if \
-            path.exists() else []
-
-    await asyncio.to_thread(sim.wait, lambda: any(
-        e["event"] == "checkpoint_written" for e in journal()), 20, "a checkpoint")
+    lifecycle, _ = await dashboard_pause(sim, jp_serverapp, jp_fetch)
     # (held writes: after the checkpoint, the pause's events are in memory only)
     await asyncio.to_thread(sim.wait, lambda: lifecycle.state["state"] == "releasing", 20,
                             "the release")
