@@ -263,16 +263,30 @@ export async function requestAPI<T>(
   return data as T;
 }
 
+/**
+ * How long a read (`GET status`, `GET policy`) may take before it counts as failed. The page
+ * re-reads one at a time after events (`rereader.ts`), so a request that never answered (a
+ * proxy holding the connection) would stop every re-read until the slow safety poll.
+ */
+export const READ_TIMEOUT_MS = 30_000;
+
 /** The REST client, on the settings of JupyterLab's service manager. */
 export class PauseAPI implements IPauseAPI {
-  constructor(private _settings: ServerConnection.ISettings) {}
+  constructor(
+    private _settings: ServerConnection.ISettings,
+    private _readTimeoutMs = READ_TIMEOUT_MS
+  ) {}
 
   status(): Promise<IStatus> {
-    return requestAPI<IStatus>('status', {}, this._settings);
+    return requestAPI<IStatus>('status', this._read(), this._settings);
   }
 
   policy(): Promise<IPolicy> {
-    return requestAPI<IPolicy>('policy', {}, this._settings);
+    return requestAPI<IPolicy>('policy', this._read(), this._settings);
+  }
+
+  private _read(): RequestInit {
+    return { signal: AbortSignal.timeout(this._readTimeoutMs) };
   }
 
   cancelAutoPause(): Promise<IPolicy> {
