@@ -105,24 +105,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             "(under CI=true these skips are failures)", yellow=True)
 
 
-# pyproject's filterwarnings makes every warning an error. These folders need what a developer
-# machine may lack (Chromium, a JupyterHub, a kube-apiserver) or run for many minutes, and have
-# not been run with warnings as errors yet: there a warning stays a warning (with the same
-# ignores) until they have.
-WARNINGS_STAY_WARNINGS = ("e2e", "hub", "kube", "continuation", "fidelity")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    tests = Path(__file__).resolve().parent / "tests"
-    ignores = [f for f in config.getini("filterwarnings") if f.strip() != "error"]
-    as_warnings = pytest.mark.filterwarnings("default", *ignores)  # later filters win
-    for item in items:
-        try:
-            folder = Path(item.path).resolve().relative_to(tests).parts[0]
-        except ValueError:
-            continue
-        if folder in WARNINGS_STAY_WARNINGS:
-            item.add_marker(as_warnings)
 
 
 @pytest.fixture
