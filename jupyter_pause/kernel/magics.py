@@ -239,8 +239,15 @@ class PauseMagics(Magics):
         body: dict[str, Any] = {"trigger": "magic", "interrupt": False}
         if opts.lose_state:
             body["allow_uncheckpointable"] = True
+        # This kernel is busy with this cell: the server must not ask it anything before
+        # answering (its question would wait behind this cell), and its own record of the
+        # kernel's state may not show the cell yet (IOPub and HTTP race to the server).
+        me = server_api.own_kernel_id()
         try:
-            _, payload = server_api.request(server, "POST", "pause", body)
+            # The server asks the other kernels first (up to 10 s, all together).
+            _, payload = server_api.request(
+                server, "POST", "pause", body, timeout=60,
+                headers={server_api.FROM_KERNEL_HEADER: me} if me else None)
         except server_api.ServerError as e:
             if e.payload.get("reason") != "uncheckpointable":
                 raise

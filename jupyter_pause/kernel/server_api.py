@@ -14,6 +14,7 @@ import http.client
 import json
 import logging
 import os
+import re
 import socket
 import ssl
 import urllib.parse
@@ -116,6 +117,24 @@ def find_server(runtime_dir: str | None = None) -> dict[str, Any]:
                               "jupyter server?)") from None
 
 
+# The kernel a request comes from (its own id), on requests a cell sends. A header, not a body
+# field: a server from before it ignores it, where its body schema would refuse the request.
+FROM_KERNEL_HEADER = "X-Jupyter-Pause-Kernel"
+
+
+def own_kernel_id() -> str | None:
+    """This kernel's id in the server that started it: jupyter_client names the connection
+    file ``kernel-<id>.json``. None when it was started some other way."""
+    try:
+        from ipykernel.connect import get_connection_file
+
+        name = os.path.basename(get_connection_file())
+    except Exception:  # noqa: BLE001 - not an ipykernel kernel, or no kernel app
+        return None
+    m = re.fullmatch(r"kernel-([A-Za-z0-9-]{1,100})\.json", name)
+    return m.group(1) if m else None
+
+
 class _UnixConnection(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: float) -> None:
         super().__init__("localhost", timeout=timeout)
@@ -133,8 +152,10 @@ def request(
     endpoint: str,
     body: dict[str, Any] | None = None,
     timeout: float = 15.0,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, Any]]:
-    """``method <base>/jupyter-pause/api/<endpoint>`` with the server's token; (status, json)."""
+    """``method <base>/jupyter-pause/api/<endpoint>`` with the server's token; (status, json).
+    ``headers``: more request headers (:data:`FROM_KERNEL_HEADER`)."""
     if server.get("sock"):
         conn: http.client.HTTPConnection = _UnixConnection(server["sock"], timeout)
         base_path = server.get("base_url") or "/"
@@ -153,7 +174,7 @@ def request(
         base_path = url.path or "/"
         where = server["url"]
     path = base_path.rstrip("/") + "/" + API_PREFIX + endpoint
-    headers = {"Accept": "application/json"}
+    headers = {**(headers or {}), "Accept": "application/json"}
     if server.get("token"):
         headers["Authorization"] = f"token {server['token']}"
     data = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
 import os
@@ -188,6 +189,8 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
     _sigint: jupyter_seams.SigintStop | None = None
     _stopping: asyncio.Future | None = None
     _started = False
+    # Set once the start-up checks (the lifecycle's, a killed server's offers) are done.
+    _start_checked: asyncio.Event | None = None
 
     @default("accelerator")
     def _default_accelerator(self) -> dict[str, Any]:
@@ -318,17 +321,21 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
         # answer requests while this method waits, and a session opened then must be guarded
         # and restored like any other.
         kernelguard.install(lc)
+        self._start_checked = asyncio.Event()
         # How a stop was asked for, and a SIGINT without a terminal routed to a clean stop:
         # before the first await too (a signal in that window must still stop cleanly).
         self._stop_watch = jupyter_seams.StopTrigger(serverapp)
         self._sigint = jupyter_seams.SigintStop()
         self._sigint.install(serverapp)
-        await lc.start()
-        self._started = True
-        self._restarts = RestartWatch(serverapp)
-        self._restarts.start()
-        self._deaths = Deaths(self)
-        await self._deaths.start_after_kill()
+        try:
+            await lc.start()
+            self._started = True
+            self._restarts = RestartWatch(serverapp)
+            self._restarts.start()
+            self._deaths = Deaths(self)
+            await self._deaths.start_after_kill()
+        finally:
+            self._start_checked.set()
         self._deaths.start()
         self._renames = kernelguard.RenameWatch(lc)
         self._renames.start()
@@ -339,6 +346,14 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
         for module in self._modules or ():
             if hasattr(module, "start"):
                 await module.start(self)
+
+    async def start_checked(self, timeout: float) -> None:
+        """Return once the start-up checks are done (or after ``timeout``). The server answers
+        requests while they run; a page's first ``GET status`` must already hold what they
+        found (a killed server's offers): their events may come before the page listens."""
+        if self._start_checked is not None and not self._start_checked.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._start_checked.wait(), timeout)
 
     def current_activity(self) -> list[str]:
         """What jupyter_server's idle shutdown (``shutdown_no_activity_timeout``, asked only

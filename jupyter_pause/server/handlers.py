@@ -19,6 +19,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 
 from ..checkpoint import NotFoundError, open_keyed_store
+from ..kernel.server_api import FROM_KERNEL_HEADER
 from ..statefile import needed_ids
 from . import bridge as kbridge
 from . import validate as v
@@ -106,6 +107,11 @@ class BaseHandler(ExtensionHandlerMixin, APIHandler):
         return rec
 
 
+# How long a GET status made while the server starts waits for the start-up checks (one
+# listing of the store); past it, the answer comes without them and their event follows.
+STATUS_START_WAIT = 15.0
+
+
 class StatusHandler(BaseHandler):
     """GET status: the state, the flight, the kernels and the last report."""
 
@@ -115,6 +121,7 @@ class StatusHandler(BaseHandler):
     @tornado.web.authenticated
     @authorized
     async def get(self) -> None:
+        await self.extensionapp.start_checked(STATUS_START_WAIT)
         status = await self.lifecycle.status()
         # What a kernel death or a killed server left to restore (see .deaths).
         running = {k.get("path"): k.get("id") for k in status.get("kernels") or []
@@ -158,7 +165,9 @@ class PauseHandler(BaseHandler):
         try:
             flight = await self.lifecycle.checked_pause(
                 trigger=body["trigger"] or "api", interrupt=bool(body["interrupt"]),
-                mode=body["mode"] or "pause", lose_state=lose)
+                mode=body["mode"] or "pause", lose_state=lose,
+                # a kernel id, matched against the running ones: only ever skips a question
+                busy=[self.request.headers.get(FROM_KERNEL_HEADER, "")[:200]])
         except LosesState as e:  # the person's choice: the UI asks "pause anyway?"
             self.reply({"message": str(e), "reason": "uncheckpointable",
                         "uncheckpointable": [u.to_dict() for u in e.kernels]}, 409)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..checkpoint import gc as store_gc
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
 # Unreferenced blobs younger than this survive the start-up clean-up (a writer of another
 # process may still publish them); temp files of dead writers go whatever their age.
 STORE_GC_GRACE_S = 3600.0
+# How long POST pause waits for each idle kernel to say whether it can be checkpointed (all
+# asked together). A kernel that has not answered by then is checked again by the flight.
+PAUSE_PRECHECK_WAIT = 10.0
 
 
 class Refusal(Exception):
@@ -232,19 +236,23 @@ class Lifecycle(Recorder):
 
     async def checked_pause(self, trigger: str = "manual", interrupt: bool = False,
                             mode: str = "pause",
-                            lose_state: checkpointable.LoseState = ()) -> Flight:
+                            lose_state: checkpointable.LoseState = (),
+                            busy: Iterable[str] = ()) -> Flight:
         """:meth:`request_pause` after asking the kernels whether they can be checkpointed:
         :class:`LosesState` (nothing changed) when one cannot and ``lose_state`` does not
         allow it. The flight checks again once the kernels are idle (a busy kernel is not
-        asked here: it may be running the ``%pause`` that sent this request)."""
+        asked here: it may be running the ``%pause`` that sent this request; ``busy`` names
+        the one that says so, whatever jupyter_server has heard of its state yet). A kernel
+        that does not answer in :data:`PAUSE_PRECHECK_WAIT` is left to the flight's check."""
         if mode == "pause" and self.flight is None:
             try:
                 records = await bridge.running_kernels(self.serverapp)
             except Exception as e:  # noqa: BLE001 - the flight lists them again, and says why
                 self.log.debug("jupyter_pause: listing kernels before a pause failed: %s", e)
                 records = []
-            found = await checkpointable.find(self.serverapp, records, self.app.liveness_timeout,
-                                              skip_busy=True)
+            found = await checkpointable.find(
+                self.serverapp, records, min(self.app.liveness_timeout, PAUSE_PRECHECK_WAIT),
+                skip_busy=True, busy=frozenset(busy))
             refused = [u for u in found if not checkpointable.allowed(u, lose_state)]
             if refused and self.flight is None:
                 raise LosesState(refused)

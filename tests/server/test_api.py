@@ -125,3 +125,25 @@ async def test_pause_without_kernels_emits_events_and_metrics(jp_fetch, jp_serve
                  "jupyter_pause_fallback_restores_total", "jupyter_pause_failures_total"):
         assert name in text, name
     assert 'jupyter_pause_accelerator_seconds_released_total{accelerator="test-gpu"' in text
+
+
+async def test_a_status_read_while_the_server_starts_holds_what_the_start_found(ws):
+    """jupyter_server binds its port before the extensions start, so a page may read status
+    while the start-up checks still run (a killed server's offers: a store listing). That
+    read waits for them: their event may come before the page listens for events."""
+    import asyncio
+
+    from jupyter_pause.server.deaths import make_offer
+
+    app = ws.lifecycle.app
+    app._start_checked = asyncio.Event()  # as while _start_jupyter_server_extension runs
+    read = asyncio.ensure_future(ws.status())
+    done, _ = await asyncio.wait([read], timeout=1.0)
+    assert not done, "GET status answered before the start-up checks ended"
+    offer = make_offer("server_killed", "a.ipynb", "/nb/a.ipynb", None, "2026-12-03T10:00:00Z",
+                       dead_kernel_id=None, last_cell=None)
+    await ws.lifecycle.record("server_killed", flight=False, offers=[offer],
+                              previous_start="2026-12-03T09:00:00Z")
+    app._start_checked.set()
+    st = await asyncio.wait_for(read, 30)
+    assert [(o["path"], o["cause"]) for o in st["offers"]] == [("a.ipynb", "server_killed")]

@@ -168,3 +168,53 @@ async def test_a_kernel_side_installed_since_the_refusal_is_checkpointed_not_los
     [k] = written["kernels"]
     assert k["path"] == "other.ipynb" and k["checkpoint_id"], k  # saved, not lost
     # (Its resume would start the bare kernel again, without the path added by hand above.)
+
+
+async def test_the_pause_magic_is_not_asked_while_it_runs_whatever_the_server_has_heard(
+        ws, monkeypatch, jp_http_port, jp_base_url):
+    """``%pause`` sends its request while its cell runs. jupyter_server learns that the kernel
+    is busy from the kernel's IOPub status message, which races the request over HTTP; a
+    server that has not heard it yet would ask the kernel whether it can be checkpointed, and
+    that question waits behind the very cell waiting for the answer. The magic names its
+    kernel; here the server is made to have heard nothing, so only the name can spare it."""
+    from jupyter_pause.server import bridge, checkpointable
+
+    monkeypatch.setenv("JUPYTER_PAUSE_SERVER_URL", f"http://127.0.0.1:{jp_http_port}{jp_base_url}")
+    monkeypatch.setenv("JUPYTER_PAUSE_SERVER_TOKEN", ws.serverapp.identity_provider.token)
+    py = await open_kernel(ws, "model.ipynb", "python3")
+    await ws.run(py, "%load_ext jupyter_pause\nweights = [1.5, 2.5]")
+    # Nothing has told the server yet what runs on this kernel's side of the bridge.
+    assert checkpointable.kernel_side_of(ws.serverapp.kernel_manager.get_kernel(py)
+                                         ).installed is None
+
+    # The kernels asked while POST pause is answered (the flight asks again later, once the
+    # cell has ended: that question is right, and not counted).
+    asked: list[str] = []
+    answering = False
+    real_ask, real_state = checkpointable.ask_kernel_side, bridge.execution_state
+    real_checked = type(ws.lifecycle).checked_pause
+
+    async def ask(serverapp, kernel_id, timeout=10.0, **kw):
+        if answering:
+            asked.append(kernel_id)
+        return await real_ask(serverapp, kernel_id, timeout, **kw)
+
+    async def checked_pause(self, *a, **kw):
+        nonlocal answering
+        answering = True
+        try:
+            return await real_checked(self, *a, **kw)
+        finally:
+            answering = False
+
+    monkeypatch.setattr(checkpointable, "ask_kernel_side", ask)
+    monkeypatch.setattr(type(ws.lifecycle), "checked_pause", checked_pause)
+    monkeypatch.setattr(bridge, "execution_state",
+                        lambda app, kid: "idle" if kid == py else real_state(app, kid))
+    assert "Pause requested" in await ws.run(py, "%pause")
+    assert asked == []
+    monkeypatch.setattr(bridge, "execution_state", real_state)
+    await ws.lifecycle.wait()
+    assert (await ws.status())["state"] == "paused"
+    [written] = [e for e in ws.journal() if e["event"] == "checkpoint_written"]
+    assert [k["path"] for k in written["kernels"] if k["checkpoint_id"]] == ["model.ipynb"]
