@@ -14,7 +14,7 @@ from jupyter_server.auth.decorator import authorized
 
 from . import bridge as kbridge
 from . import validate as v
-from .handlers import BaseHandler
+from .handlers import STATUS_START_WAIT, BaseHandler
 from .httperror import ApiError
 
 OFFER = v.body_schema(("path",), path={"type": "string", "maxLength": v.MAX_PATH},
@@ -22,7 +22,9 @@ OFFER = v.body_schema(("path",), path={"type": "string", "maxLength": v.MAX_PATH
 
 
 class _OfferHandler(BaseHandler):
-    def offer(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def offer(self, body: dict[str, Any]) -> dict[str, Any]:
+        # A page open across a restart acts on what the new server offers, once it knows.
+        await self.extensionapp.start_checked(STATUS_START_WAIT)
         path = body["path"]
         offer = (self.lifecycle.state.get("offers") or {}).get(path)
         if not isinstance(offer, dict) or (body["id"] and body["id"] != offer.get("id")):
@@ -37,7 +39,7 @@ class OfferRestoreHandler(_OfferHandler):
     @authorized
     async def post(self) -> None:
         body = self.body(OFFER)
-        offer = self.offer(body)
+        offer = await self.offer(body)
         path = body["path"]
         if not offer.get("checkpoint_id"):
             raise ApiError(409, f"{path} has no autosave or checkpoint to restore")
@@ -77,7 +79,7 @@ class OfferDismissHandler(_OfferHandler):
     @authorized
     async def post(self) -> None:
         body = self.body(OFFER)
-        self.offer(body)
+        await self.offer(body)
         await self.lifecycle.record("offer_dismissed", flight=False, path=body["path"])
         self.set_status(204)
         self.finish()

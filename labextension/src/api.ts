@@ -193,7 +193,7 @@ export interface IPauseAPI {
     id?: string
   ): Promise<{ variables?: IReportVariable[] }>;
   /** `POST offers/dismiss`: the person does not want it back. */
-  dismissOffer?(path: string): Promise<void>;
+  dismissOffer?(path: string, id?: string): Promise<void>;
 }
 
 /** A kernel a pause cannot checkpoint (`POST pause`'s 409 `uncheckpointable`). */
@@ -337,8 +337,9 @@ export class PauseAPI implements IPauseAPI {
     return this._post('offers/restore', id ? { path, id } : { path });
   }
 
-  async dismissOffer(path: string): Promise<void> {
-    await this._post('offers/dismiss', { path });
+  async dismissOffer(path: string, id?: string): Promise<void> {
+    // With its id: an offer the person never saw (a new one after a restart) stays.
+    await this._post('offers/dismiss', id ? { path, id } : { path });
   }
 
   private _post<T>(endPoint: string, body: object): Promise<T> {

@@ -170,9 +170,9 @@ export class PauseController implements IPauseController {
   }
 
   /** `POST offers/dismiss`: the person does not want the saved state back. */
-  async dismissOffer(path: string): Promise<void> {
+  async dismissOffer(path: string, id?: string): Promise<void> {
     try {
-      await this._api.dismissOffer?.(path);
+      await this._api.dismissOffer?.(path, id);
       this._restarts.delete(path);
     } finally {
       await this.refresh();

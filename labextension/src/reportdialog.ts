@@ -334,7 +334,7 @@ export class PauseReportBody extends Widget {
           )
         );
       } else {
-        await this._controller.dismissOffer(offer.path);
+        await this._controller.dismissOffer(offer.path, offer.id);
       }
     } catch (error) {
       this._results.set(

@@ -139,7 +139,7 @@ export class StateFollower implements IDisposable {
           label: trans.__('Dismiss'),
           callback: () =>
             void this._controller
-              .dismissOffer(offer.path)
+              .dismissOffer(offer.path, offer.id)
               .catch(() => undefined)
         });
       }

@@ -145,8 +145,14 @@ def test_sigkill_of_the_server_and_its_kernels_offers_each_notebooks_autosave(tm
         code, body = srv.call("POST", "jupyter-pause/api/offers/restore", {"path": "b.ipynb"})
         assert code == 200, body
         assert silent(srv, kid, "steps") == 2
-        assert offer_for(srv, "a.ipynb") is not None  # still offered
-        code, _ = srv.call("POST", "jupyter-pause/api/offers/dismiss", {"path": "a.ipynb"})
+        offer = offer_for(srv, "a.ipynb")
+        assert offer is not None  # still offered
+        # A page names the offer it shows: another one (from before a restart) is not it.
+        code, _ = srv.call("POST", "jupyter-pause/api/offers/dismiss",
+                           {"path": "a.ipynb", "id": offer["id"] + "-before"})
+        assert code == 404 and offer_for(srv, "a.ipynb") is not None
+        code, _ = srv.call("POST", "jupyter-pause/api/offers/dismiss",
+                           {"path": "a.ipynb", "id": offer["id"]})
         assert code == 204 and offer_for(srv, "a.ipynb") is None
     finally:
         srv.stop()
