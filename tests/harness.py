@@ -369,6 +369,62 @@ class InProcessServer:
             {"path": path, "name": path, "type": "notebook", "kernel": {"name": "python3"}}))
         return json.loads(r.body)
 
+    def watch_activity(self, kernel_id: str) -> set[str] | None:
+        """The ids of the requests whose trailing ``status: idle`` jupyter_server's activity
+        watch (``MappingKernelManager.start_watching_activity``) has read, from now on; None
+        without one. That watch reads IOPub on a socket of its own, so it can lag a client's
+        reply: until it has read a cell's idle, ``execution_state`` may still be the one from
+        before the cell. Wraps its callback (pyzmq's ``ZMQStream``), once per stream."""
+        km = self.serverapp.kernel_manager
+        kernel = km.get_kernel(kernel_id) if kernel_id in km else None
+        stream = getattr(kernel, "_activity_stream", None)
+        if stream is None:
+            return None
+        record = stream._recv_callback
+        seen: set[str] | None = getattr(record, "idle_read", None)
+        if seen is not None:
+            return seen
+        seen = set()
+        session = kernel.session
+
+        def read(msg_list: list[bytes]) -> None:
+            record(msg_list)
+            try:
+                _, fed = session.feed_identities(msg_list)
+                msg = session.deserialize(fed)
+            except Exception:  # noqa: BLE001 - not a message the server could read either
+                return
+            if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
+                seen.add(msg["parent_header"].get("msg_id"))
+
+        read.idle_read = seen  # type: ignore[attr-defined]
+        stream.on_recv(read)
+        return seen
+
+    async def server_read(self, kernel_id: str, reply: dict[str, Any], seen: set[str] | None,
+                          timeout: float = 30.0) -> None:
+        """Until jupyter_server has read the trailing idle of the request ``reply`` answers
+        (``seen``: :meth:`watch_activity` from before the request), or the kernel is gone.
+        Without a watch to read (``seen`` None: the kernel was still starting), until it reads
+        the kernel as not busy."""
+        msg_id = reply["parent_header"].get("msg_id")
+        km = self.serverapp.kernel_manager
+        deadline = time.monotonic() + timeout
+
+        def read() -> bool:
+            if kernel_id not in km:
+                return True
+            state = km.get_kernel(kernel_id).execution_state
+            if state == "dead":
+                return True
+            return msg_id in seen if seen is not None else state != "busy"
+
+        while not read():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"jupyter_server did not read the end of {msg_id} in "
+                                     f"{timeout:g} s")
+            await asyncio.sleep(0.02)
+
     def journal(self) -> list[dict[str, Any]]:
         path = self.lifecycle.journal.journal_path
         if not path.exists():

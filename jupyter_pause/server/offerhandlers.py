@@ -17,6 +17,8 @@ from . import validate as v
 from .handlers import STATUS_START_WAIT, BaseHandler
 from .httperror import ApiError
 
+# How long a restore waits for the kernel's running cell to end before it says "busy".
+IDLE_WAIT = 5.0
 OFFER = v.body_schema(("path",), path={"type": "string", "maxLength": v.MAX_PATH},
                       id={"type": "string", "maxLength": 2 * v.MAX_PATH})
 
@@ -45,7 +47,10 @@ class OfferRestoreHandler(_OfferHandler):
             raise ApiError(409, f"{path} has no autosave or checkpoint to restore")
         rec = await self.notebook_kernel(
             path, f"no kernel runs for {path}: open the notebook first", 409)
-        if kbridge.execution_state(self.serverapp, rec.kernel_id) == "busy":
+        # jupyter_server may not have read the trailing idle of a cell that just ended
+        if not await kbridge.wait_idle(self.serverapp, rec.kernel_id, IDLE_WAIT):
+            if kbridge.execution_state(self.serverapp, rec.kernel_id) == "dead":
+                raise ApiError(409, f"the kernel of {path} stopped; open the notebook again")
             raise ApiError(409, f"the kernel of {path} is running a cell; restore when it "
                            "is idle")
         app = self.extensionapp

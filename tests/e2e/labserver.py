@@ -108,7 +108,7 @@ class LabServer(JupyterProcess):
         )
         self.extra = extra
 
-    def api(self, method: str, path: str, body: Any = None, timeout: float = 10) -> Any:
+    def api(self, method: str, path: str, body: Any = None, timeout: float = 30) -> Any:
         """Call the server with the token (no XSRF needed with a token header)."""
         return self.request(method, path, body, timeout)
 

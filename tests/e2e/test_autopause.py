@@ -34,6 +34,16 @@ ANNOUNCED = re.compile(
 )
 
 
+def wait_until(value, what: str, timeout: float = 10.0):
+    """``value()`` once it is truthy; fails after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not (got := value()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g} s")
+        time.sleep(0.2)
+    return got
+
+
 def journal(lab: LabServer) -> list[dict]:
     path = lab.home / "state" / "journal.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -75,9 +85,13 @@ def test_auto_pause_announced_and_cancelled(lab_factory, page) -> None:
     # Cancel: the server cancels it (journaled as by the user) and the announcement goes away.
     toast.get_by_role("button", name="Cancel").click()
     expect()(announcement(page)).to_have_count(0, timeout=10_000)
-    policy = lab.api("GET", "jupyter-pause/api/policy")
-    assert policy["state"] == "watching" and not policy["cancellable"], policy
-    cancelled = [e for e in journal(lab) if e["event"] == "auto_pause_cancelled"]
+    # The page hides the toast as it sends the cancel; the journal line follows the answer.
+    policy = wait_until(lambda: (p := lab.api("GET", "jupyter-pause/api/policy"))["state"]
+                        == "watching" and p, "the policy watching again")
+    assert not policy["cancellable"], policy
+    cancelled = wait_until(lambda: [e for e in journal(lab)
+                                    if e["event"] == "auto_pause_cancelled"],
+                           "the cancel journalled")
     assert [e["by"] for e in cancelled] == ["user"], cancelled
 
     # Announced again an idle period later; coming back to work (a cell) cancels it too, and
@@ -92,14 +106,11 @@ def test_auto_pause_announced_and_cancelled(lab_factory, page) -> None:
         raise AssertionError(
             f"{e}\nGET policy: {lab.api('GET', 'jupyter-pause/api/policy')}\njournal: "
             f"{[x for x in journal(lab) if x['event'].startswith('auto_pause')]}") from e
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        cancelled = [e for e in journal(lab) if e["event"] == "auto_pause_cancelled"]
-        if len(cancelled) >= 2:
-            break
-        time.sleep(0.2)
-    else:
-        raise AssertionError(f"two cancelled auto-pauses not journalled within 10 s: {cancelled}")
+    def two_cancelled():
+        found = [e for e in journal(lab) if e["event"] == "auto_pause_cancelled"]
+        return found if len(found) >= 2 else None
+
+    cancelled = wait_until(two_cancelled, "two cancelled auto-pauses journalled")
     assert [e["by"] for e in cancelled[:2]] == ["user", "activity"], cancelled
 
     # Nothing was paused: the same kernel runs with its variables.

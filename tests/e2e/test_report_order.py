@@ -10,7 +10,16 @@ import uuid
 import pytest
 
 from .labserver import LabServer, needs_chromium, shot
-from .test_ui import SLOW, cell_output, expect, open_notebook, pause_button, run_cell, status_item
+from .test_ui import (
+    SLOW,
+    cell_output,
+    expect,
+    expect_enabled,
+    open_notebook,
+    pause_button,
+    run_cell,
+    status_item,
+)
 
 pytestmark = [pytest.mark.e2e, needs_chromium]
 
@@ -29,6 +38,7 @@ def test_report_current_notebook_first_the_rest_folded(lab: LabServer, page) -> 
     run_cell(page, panel, 0, "x = 41\nprint('set', x)")
     expect()(cell_output(panel, 0)).to_contain_text("set 41", timeout=60_000)
     status = status_item(page)
+    expect_enabled(pause_button(panel))  # the page has read the cell's idle too
     pause_button(panel).click()
     expect()(status).to_have_attribute("data-state", "paused", timeout=SLOW)
     pause_button(panel).click()

@@ -188,8 +188,11 @@ def test_button_disabled_while_cell_runs(lab: LabServer, page) -> None:
     button = pause_button(panel)
     expect_enabled(button)
 
-    run_cell(page, panel, 0, "import time\ntime.sleep(5)\nprint('slept')")
-    expect_enabled(button, False, timeout=5_000)
+    # The cell runs until the test releases it: the checks below never race its end.
+    release = lab.root / "release-busy"
+    run_cell(page, panel, 0, "import os, time\nwhile not os.path.exists("
+             f"{str(release)!r}):\n    time.sleep(0.05)\nprint('slept')")
+    expect_enabled(button, False, timeout=30_000)
     expect()(button).to_have_attribute("title", re.compile(r"running in busy\.ipynb"))
     shot(page, "06-busy-disabled")
     # The palette command follows the same rule.
@@ -199,6 +202,7 @@ def test_button_disabled_while_cell_runs(lab: LabServer, page) -> None:
     expect()(item).to_have_class(re.compile("lm-mod-disabled"))
     page.keyboard.press("Escape")
 
+    release.touch()
     expect()(cell_output(panel, 0)).to_contain_text("slept", timeout=30_000)
     expect_enabled(button, timeout=10_000)
 

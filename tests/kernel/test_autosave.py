@@ -120,8 +120,9 @@ def test_a_cell_started_during_an_autosave_starts_at_once(kernel_factory: Any,
     t0 = time.monotonic()
     k.ok("y = 1")
     took = time.monotonic() - t0
-    # The cell did not wait for the autosave (which has seconds of pickling left).
-    assert took < 1.5, f"a cell took {took:.2f} s while an autosave ran"
+    # The cell did not wait for the autosave (which has seconds of pickling left; the margin
+    # is for a loaded machine, the autosave's own pickling holds the GIL in slices).
+    assert took < seconds / 2, f"a cell took {took:.2f} s while an autosave ran"
     if mode == "thread":
         # That write was stopped: nothing of it was published (the cell changed the state).
         wait_for("the stopped autosave", lambda: status(k)["cancelled"], seconds + 30)
@@ -147,7 +148,7 @@ def test_a_forked_autosave_freezes_the_collector_only_while_its_child_lives(
     marker = tmp_path / "pickling"
     k.ok("import gc, weakref\nclass Node: pass\n"
          "a, b = Node(), Node(); a.b, b.a = b, a; alive = weakref.ref(a)\n"
-         + SLOW + f"\nslow = Slow({str(marker)!r}, 4.0, False)")
+         + SLOW + f"\nslow = Slow({str(marker)!r}, 8.0, False)")
     wait_for("the autosave to be under way", marker.exists, 60)
     assert int(k.eval("gc.get_freeze_count()")) > 0  # asked without running a cell
     k.ok("in_cell = gc.get_freeze_count()\nreferrers = len(gc.get_referrers(b))")
@@ -208,9 +209,13 @@ def test_autosaves_never_push_pause_checkpoints_out(kernel_factory: Any,
     for i in range(1, 6):
         autosave_of_cell(where, k.ok(f"v = {i}").reply["content"]["execution_count"])
     store = open_keyed_store(where["JUPYTER_PAUSE_STORE_URL"], where["JUPYTER_PAUSE_KEY_PATH"])
-    kinds = [m.meta.get("kind") for m in store.list(STREAM)]
-    assert kinds.count("checkpoint") == 1  # the %checkpoint survived five autosaves
-    assert 1 <= kinds.count("autosave") <= 3  # the newest few (Settings.keep)
+
+    def kinds() -> list[Any]:
+        return [m.meta.get("kind") for m in store.list(STREAM)]
+
+    # Retention runs once an autosave is published: the newest few (Settings.keep) in time.
+    wait_for("retention of the autosaves", lambda: 1 <= kinds().count("autosave") <= 3, 30)
+    assert kinds().count("checkpoint") == 1  # the %checkpoint survived five autosaves
 
 
 def test_restore_goes_back_to_the_checkpoint_not_to_the_autosave_since(

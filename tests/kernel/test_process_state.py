@@ -75,7 +75,7 @@ def _rows(out) -> dict[str, str]:
 
 
 def test_next_cells_continue_as_if_never_interrupted(kernel):
-    kernel.ok(SETUP)  # cell [2]
+    kernel.ok(SETUP, timeout=120)  # cell [2]: imports numpy, pandas, torch, matplotlib
     kernel.ok(IPYTHON)  # [3]
     kernel.ok("6 * 7")  # [4]
     saved = _rows(kernel.ok("%checkpoint"))  # [5]

@@ -241,7 +241,8 @@ async def test_trigger_wait_that_runs_out_looks_once_more(apiserver, notebook_cl
     start_pod(sim, notebook_pod("nb"))
     sim.trigger_outcome = "hold"  # the pod is frozen for the capture
     apiserver.call(apiserver.server.muted_watches.add, "podsnapshotmanualtriggers")
-    b = backend(notebook_client, "nb", trigger_timeout=2)
+    # The trigger completes only once the test saw it: the wait must not run out before that
+    b = backend(notebook_client, "nb", trigger_timeout=6)
     task = asyncio.create_task(b.snapshot(pause_ctx(recorder)))
     await asyncio.to_thread(sim.wait, lambda: objects(apiserver, "podsnapshotmanualtriggers"),
                             5, "trigger created")
@@ -255,7 +256,7 @@ async def test_snapshot_wait_that_runs_out_looks_once_more(apiserver, notebook_c
     start_pod(sim, notebook_pod("nb"))
     sim.upload_outcome = "hang"  # a capture of tens of GiB
     apiserver.call(apiserver.server.muted_watches.add, "podsnapshots")
-    b = backend(notebook_client, "nb", snapshot_timeout=2)
+    b = backend(notebook_client, "nb", snapshot_timeout=6)
     task = asyncio.create_task(b.snapshot(pause_ctx(recorder)))
     await asyncio.to_thread(sim.wait, lambda: objects(apiserver, "podsnapshots"), 5,
                             "snapshot created")

@@ -58,6 +58,7 @@ class Server(InProcessServer):
 
     async def run(self, kernel_id, code, *, wait=True):
         # a session of its own: a wait=False client stays open while the next one runs
+        seen = self.watch_activity(kernel_id)
         kc = own_client(self.serverapp, kernel_id)
         kc.start_channels()
         try:
@@ -70,18 +71,8 @@ class Server(InProcessServer):
             if wait:
                 kc.stop_channels()
         out.check(code, allow_traceback=True)
-        await self.settled(kernel_id)
+        await self.server_read(kernel_id, out.reply, seen)
         return out.reply
-
-    async def settled(self, kernel_id, timeout=10.0):
-        """Until the server has seen the kernel's trailing ``status: idle``."""
-        kernel = self.serverapp.kernel_manager.get_kernel(kernel_id)
-        for _ in range(int(timeout / 0.05)):
-            if kernel.execution_state == "idle":
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"kernel {kernel_id} still {kernel.execution_state} "
-                             f"after {timeout} s")
 
     def fake_clock(self, offset: float = 0.0) -> FakeClock:
         clock = FakeClock(time.time() + offset)

@@ -66,12 +66,16 @@ class Workspace(InProcessServer):
 
     async def run(self, kernel_id, code, *, silent=False):
         """Run a cell; return its stdout (raises on an error in the cell)."""
+        seen = self.watch_activity(kernel_id)
         kc = self.client(kernel_id)
         try:
             out = await run_cell(kc, code, silent=silent)
         finally:
             kc.stop_channels()
-        return out.check(code, allow_traceback=True).stdout
+        out.check(code, allow_traceback=True)
+        # what the server reads of the kernel (execution_state) is after the cell from here on
+        await self.server_read(kernel_id, out.reply, seen)
+        return out.stdout
 
     async def start_cell(self, kernel_id, code, timeout=60):
         """Start a long-running cell; return its task once the kernel runs it, not merely has

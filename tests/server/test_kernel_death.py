@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,21 @@ def test_sigkill_of_a_kernel_offers_its_autosave_and_restore_brings_it_back(tmp_
         srv.wait_for("its autosave", lambda: installed(srv, kid), 120)
         assert silent(srv, kid, "'steps' in globals()") is False
 
+        # While the kernel runs something, the restore waits a little for it, then says so
+        # (silent: a silent request is not the person's cell, the offer stays unused).
+        release = tmp_path / "release"
+        with srv.driver(kid) as k:
+            k.kc.execute(f"import os, time\nwhile not os.path.exists({str(release)!r}):\n"
+                         "    time.sleep(0.05)", silent=True)
+            srv.wait_for("the kernel busy", lambda: srv.get(f"api/kernels/{kid}")[
+                "execution_state"] == "busy", 30)
+            code, body = srv.call("POST", "jupyter-pause/api/offers/restore",
+                                  {"path": "a.ipynb"})
+            assert code == 409 and "running a cell" in body["message"], body
+            release.touch()
+            srv.wait_for("the kernel idle", lambda: srv.get(f"api/kernels/{kid}")[
+                "execution_state"] == "idle", 30)
+
         code, body = srv.call("POST", "jupyter-pause/api/offers/restore", {"path": "a.ipynb"})
         assert code == 200, body
         assert body["checkpoint_id"] == m.id
@@ -166,16 +182,24 @@ def test_sigkill_of_the_server_and_its_kernels_offers_each_notebooks_autosave(tm
 
 
 def test_autosave_is_not_activity(tmp_path: Path) -> None:
-    # The write starts 3 s after the cell: the activity is read before it, then after it.
-    srv = Server(tmp_path, {"autosave": {"idle_delay": 3.0}}).start()
+    # The write starts 6 s after the cell: the activity is read before it, then after it.
+    srv = Server(tmp_path, {"autosave": {"idle_delay": 6.0}}).start()
     try:
         kid = srv.open_notebook("a.ipynb")["kernel"]["id"]
         srv.wait_for("the autosave of the kernel", lambda: installed(srv, kid), 120)
         run(srv, kid, "import numpy as np")
-        cell = run(srv, kid, "big = np.ones(4_000_000)")
-        # Once the cell's own trailing idle is in, the kernel's activity is that cell's.
-        srv.wait_for("the kernel idle", lambda: srv.get(f"api/kernels/{kid}")[
-            "execution_state"] == "idle", 30)
+        with srv.driver(kid) as k:
+            out = k.ok("big = np.ones(4_000_000)", timeout=60, allow_traceback=True)
+        cell, replied = out.execution_count, out.reply["header"]["date"]
+
+        def idle_after_the_cell() -> bool:
+            # The cell's trailing idle is sent after its reply: read as idle with an activity
+            # no older than the reply, the server has read that idle, not one from before.
+            model = srv.get(f"api/kernels/{kid}")
+            return model["execution_state"] == "idle" and \
+                datetime.fromisoformat(model["last_activity"]) >= replied
+
+        srv.wait_for("the kernel idle after the cell", idle_after_the_cell, 30)
         before = srv.get(f"api/kernels/{kid}")["last_activity"]
         before_server = srv.get("api/status")["last_activity"]
         assert autosave_of(tmp_path, "a.ipynb", cell) is None  # read before the autosave

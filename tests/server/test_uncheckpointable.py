@@ -5,7 +5,6 @@ the echo wrapper kernel (echo_kernel.py) or a Python kernel without jupyter-paus
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -31,22 +30,9 @@ async def open_kernel(ws, path, kernel_name):
     return model["kernel"]["id"]
 
 
-async def idle_as_the_server_sees_it(ws, timeout=30.0):
-    """Return once jupyter_server reads every kernel as not busy. A cell's reply can reach the
-    test before the server's activity watch reads the trailing idle, and POST pause does not
-    ask a kernel the server reads as busy (the flight asks it once idle)."""
-    from jupyter_pause.server import bridge
-
-    deadline = asyncio.get_running_loop().time() + timeout
-    km = ws.serverapp.kernel_manager
-    while any(bridge.execution_state(ws.serverapp, k) == "busy" for k in km.list_kernel_ids()):
-        assert asyncio.get_running_loop().time() < deadline, "a kernel stayed busy"
-        await asyncio.sleep(0.05)
-
-
 async def pause_refused(ws, body=None):
-    """POST pause that must be refused with 409: its JSON body."""
-    await idle_as_the_server_sees_it(ws)
+    """POST pause that must be refused with 409: its JSON body. (``ws.run`` returns once the
+    server has read the cell's end: POST pause does not ask a kernel it reads as busy.)"""
     with pytest.raises(tornado.httpclient.HTTPClientError) as e:
         await ws.api("POST", "pause", body or {})
     assert e.value.code == 409, e.value
