@@ -73,9 +73,8 @@ async def find(serverapp: Any, records: list[KernelRecord], timeout: float, *,
     """
 
     async def one(rec: KernelRecord) -> Uncheckpointable | None:
-        side = await side_of(serverapp, rec.kernel_id, timeout,
-                             skip_busy=skip_busy or rec.kernel_id in busy, fresh=fresh,
-                             known_busy=rec.kernel_id in busy)
+        side = await side_of(serverapp, rec.kernel_id, timeout, skip_busy=skip_busy,
+                             fresh=fresh, known_busy=rec.kernel_id in busy)
         if side.checkpointable:
             return None
         return Uncheckpointable(kernel_id=rec.kernel_id, path=rec.path, kernel=rec.kernel_name,
@@ -90,11 +89,11 @@ async def side_of(serverapp: Any, kernel_id: str, timeout: float, *,
                   skip_busy: bool = False, fresh: bool = False,
                   known_busy: bool = False) -> KernelSide:
     """The kernel's side, asked of the kernel where not known yet, unless it is busy and
-    ``skip_busy`` (then what is known, checkpointable when nothing is)."""
+    ``skip_busy``, or ``known_busy`` (then what is known, checkpointable when nothing is)."""
     km = serverapp.kernel_manager
     if kernel_id not in km:
         return KernelSide(installed=None, protocol=None, version=None, python=None,
                           language="unknown", install_command=None, checkpointable=True, why="")
-    if skip_busy and (known_busy or bridge.execution_state(serverapp, kernel_id) == "busy"):
+    if known_busy or (skip_busy and bridge.execution_state(serverapp, kernel_id) == "busy"):
         return kernel_side_of(km.get_kernel(kernel_id))
     return await ask_kernel_side(serverapp, kernel_id, timeout, fresh=fresh)
