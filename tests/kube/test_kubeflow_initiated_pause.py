@@ -72,8 +72,8 @@ async def dashboard_pause(sim, jp_serverapp, jp_fetch) -> tuple[Any, Callable[[]
 async def test_a_kubeflow_pause_is_checkpointed_before_the_snapshot(
         workspace_pod, jp_serverapp, jp_fetch, api):
     sim, _ = workspace_pod
-    # The order, not the speed: the add-on's ~3 s is a bench figure on a loaded 2-core runner
-    # (the server hears the condition, checks its kernels and writes in that window).
+    # The order, not the speed: on a loaded 2-core runner the server's part (hear the
+    # condition, check the kernels, write) can take longer than the add-on's ~3 s.
     sim.gkw_settle_s = 10.0
     lifecycle, journal = await dashboard_pause(sim, jp_serverapp, jp_fetch)
     events = journal()
