@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from datetime import datetime
 
 import pytest
+
+from tests.harness import wait_for
 
 from .labserver import LabServer, needs_chromium, shot
 from .test_ui import cell_output, expect, open_notebook, run_cell
@@ -32,16 +33,6 @@ ANNOUNCED = re.compile(
     r"This workspace will pause at (\d\d):(\d\d) because it has been idle for 25 s "
     r"\(profile gpu-experiment\)"
 )
-
-
-def wait_until(value, what: str, timeout: float = 10.0):
-    """``value()`` once it is truthy; fails after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not (got := value()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g} s")
-        time.sleep(0.2)
-    return got
 
 
 def journal(lab: LabServer) -> list[dict]:
@@ -86,12 +77,11 @@ def test_auto_pause_announced_and_cancelled(lab_factory, page) -> None:
     toast.get_by_role("button", name="Cancel").click()
     expect()(announcement(page)).to_have_count(0, timeout=10_000)
     # The page hides the toast as it sends the cancel; the journal line follows the answer.
-    policy = wait_until(lambda: (p := lab.api("GET", "jupyter-pause/api/policy"))["state"]
-                        == "watching" and p, "the policy watching again")
+    policy = wait_for("the policy watching again", lambda: (
+        p := lab.api("GET", "jupyter-pause/api/policy"))["state"] == "watching" and p, 10)
     assert not policy["cancellable"], policy
-    cancelled = wait_until(lambda: [e for e in journal(lab)
-                                    if e["event"] == "auto_pause_cancelled"],
-                           "the cancel journalled")
+    cancelled = wait_for("the cancel journalled", lambda: [
+        e for e in journal(lab) if e["event"] == "auto_pause_cancelled"], 10)
     assert [e["by"] for e in cancelled] == ["user"], cancelled
 
     # Announced again an idle period later; coming back to work (a cell) cancels it too, and
@@ -110,7 +100,7 @@ def test_auto_pause_announced_and_cancelled(lab_factory, page) -> None:
         found = [e for e in journal(lab) if e["event"] == "auto_pause_cancelled"]
         return found if len(found) >= 2 else None
 
-    cancelled = wait_until(two_cancelled, "two cancelled auto-pauses journalled")
+    cancelled = wait_for("two cancelled auto-pauses journalled", two_cancelled, 10)
     assert [e["by"] for e in cancelled[:2]] == ["user", "activity"], cancelled
 
     # Nothing was paused: the same kernel runs with its variables.
