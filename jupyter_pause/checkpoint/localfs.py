@@ -10,6 +10,7 @@ import contextlib
 import errno
 import logging
 import os
+import secrets
 import stat
 import sys
 from collections.abc import Callable, Iterable
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 
 CHUNK = 16 << 20  # what one write (and one read of a restore) handles at a time
 FADVISE = hasattr(os, "posix_fadvise") and sys.platform.startswith("linux")
+SET_ASIDE_TRIES = 5  # a folder's place taken again and again: someone is fighting us, give up
 
 
 def inside(root: str, path: str) -> bool:
@@ -66,7 +68,10 @@ def read_regular(path: str, limit: int | None = None) -> bytes:
 
 def makedirs_private(root: str, path: str) -> None:
     """Create ``path`` (under ``root``) with every folder 0700 (os.makedirs applies its mode only
-    to the last folder); refuse a folder on the way that is a link leading elsewhere."""
+    to the last folder). Anything in the way that is not a folder (a link leading elsewhere, a
+    file, a FIFO) is set aside, renamed beside itself, never followed nor deleted: we never
+    created it, and refusing would make every later write whose blob name starts with those two
+    characters fail for good."""
     rel = os.path.relpath(path, root)
     if rel.startswith("..") or os.path.isabs(rel):
         os.makedirs(path, exist_ok=True)
@@ -75,17 +80,32 @@ def makedirs_private(root: str, path: str) -> None:
     cur = root
     for part in [None, *parts]:
         cur = cur if part is None else os.path.join(cur, part)
-        try:
-            st = os.lstat(cur)
-        except FileNotFoundError:
-            if part is None:
-                os.makedirs(os.path.dirname(cur), exist_ok=True)
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(cur, 0o700)
-                os.chmod(cur, 0o700)  # the umask may have narrowed it further, never wider
-            continue
-        if part is not None and not stat.S_ISDIR(st.st_mode):
-            raise OSError(errno.ENOTDIR, f"{cur} is not a folder (a link?)")
+        for _ in range(SET_ASIDE_TRIES):
+            try:
+                st = os.lstat(cur)
+            except FileNotFoundError:
+                if part is None:
+                    os.makedirs(os.path.dirname(cur), exist_ok=True)
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(cur, 0o700)
+                    os.chmod(cur, 0o700)  # the umask may have narrowed it further, never wider
+                continue  # look again: another writer may have put something else there
+            if part is None or stat.S_ISDIR(st.st_mode):
+                break
+            _set_aside(cur)
+        else:
+            raise OSError(errno.ENOTDIR, f"{cur} is not a folder (a link?) and keeps coming back")
+
+
+def _set_aside(path: str) -> None:
+    """Rename what is at ``path`` (not a folder) to a name no reader of the store uses."""
+    aside = f"{path}.set-aside-{secrets.token_hex(4)}"
+    try:
+        os.rename(path, aside)  # renames a link itself, never its target
+    except FileNotFoundError:
+        return  # another writer set it aside first
+    log.warning("checkpoint store: %s was not a folder (a link, a file?); set it aside as %s "
+                "and made a folder in its place", path, aside)
 
 
 def narrow_folders(folders: Iterable[str]) -> None:

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import stat
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -273,12 +274,31 @@ def test_links_in_the_blob_folders_lead_nowhere(store, key, tmp_path):
     assert all(not os.path.islink(store.blob_path(d)) for d in m.blobs)
     assert victim.read_text() == "v"
     np.testing.assert_array_equal(read(store, key=key).values["x"], ns["x"])
-    # every blob folder swapped for a link to a folder outside: writes refuse, nothing lands there
+    # every blob folder swapped for a link to a folder outside (or a file): nothing lands
+    # there, and the write still succeeds; the links it met are set aside, not followed or
+    # deleted (refusing would fail every later pause whose blob starts with those characters)
     blobs = os.path.join(store.root, "blobs")
     shutil.rmtree(blobs)
     os.makedirs(blobs)
     for i in range(256):
-        os.symlink(outside, os.path.join(blobs, f"{i:02x}"))
-    with pytest.raises(CheckpointError):
-        write({"y": np.arange(1000)}, store, key=key)
-    assert sorted(os.listdir(outside)) == ["victim"]
+        if i % 2:
+            os.symlink(outside, os.path.join(blobs, f"{i:02x}"))
+        else:
+            with open(os.path.join(blobs, f"{i:02x}"), "w") as f:
+                f.write("planted")
+    ns2 = {"y": np.arange(1000), "z": list(range(50))}
+    m2 = write(ns2, store, key=key).manifest
+    assert sorted(os.listdir(outside)) == ["victim"] and victim.read_text() == "v"
+    for d in m2.blobs:
+        path = store.blob_path(d)
+        assert os.path.isfile(path) and not os.path.islink(os.path.dirname(path))
+        aside = [n for n in os.listdir(blobs) if n.startswith(d[:2] + ".set-aside-")]
+        assert len(aside) == 1
+        kept = os.path.join(blobs, aside[0])
+        assert (os.readlink(kept) == str(outside)) if int(d[:2], 16) % 2 else (
+            Path(kept).read_text() == "planted")
+    back = read(store, key=key).values
+    np.testing.assert_array_equal(back["y"], ns2["y"])
+    assert back["z"] == ns2["z"]
+    # the folders set aside are not blobs to anyone who lists the store
+    assert {d for d, _ in store.blob_files()} <= set(m.blobs) | set(m2.blobs)
