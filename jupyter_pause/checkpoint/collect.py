@@ -39,7 +39,7 @@ def active_leases(store: Store) -> list[tuple[str, float]]:
             started = float(info["started"])
             alive = now - started < LEASE_MAX_AGE
             if alive and info.get("host") == host:
-                alive = psutil.pid_exists(int(info["pid"]))
+                alive = writer_alive(int(info["pid"]), info.get("proc_started"))
         except Exception:  # noqa: BLE001 - a malformed lease (huge pid, nan, a list...)
             log.debug("ignoring malformed lease %s", n)
             continue
@@ -48,6 +48,23 @@ def active_leases(store: Store) -> list[tuple[str, float]]:
         else:
             store.remove(p)
     return out
+
+
+def writer_alive(pid: int, proc_started: Any = None) -> bool:
+    """Whether the process that wrote a lease on this host still runs: not when the pid is
+    gone, a zombie (killed, not yet reaped: its lease would keep a dead write's temp files), or
+    a later process given the same pid (its start time differs from the lease's)."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if isinstance(proc_started, (int, float)) and not isinstance(proc_started, bool):
+            return abs(proc.create_time() - float(proc_started)) < 1.0
+        return True
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True  # another user's live process: keep its write
 
 
 def referenced(store: Store) -> set[str]:

@@ -71,6 +71,15 @@ def default_store_url() -> str:
     return os.path.join(jupyter_data_dir(), "jupyter-pause", "checkpoints")
 
 
+def _own_start_time() -> float | None:
+    try:
+        import psutil
+
+        return psutil.Process().create_time()
+    except Exception:  # noqa: BLE001 - the lease then names the pid alone, as before
+        return None
+
+
 def stream_slug(stream: str) -> str:
     """A directory name for a stream: readable, collision-free (short hash of the full name)."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", stream).strip("._")[-60:] or "stream"
@@ -345,7 +354,10 @@ class Store:
         try:
             self._makedirs(self._join("tmp"))
             lease = self._join("tmp", f"{checkpoint_id}{LEASE_SUFFIX}")
-            info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+            # the process's own start time tells it apart from a later process given the same
+            # pid (a container restarted under the same host name numbers its processes anew)
+            info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+                    "proc_started": _own_start_time()}
             self._write_small(lease, json.dumps(info).encode(), durable=False)
             txn.lease = lease
         except OSError as e:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from jupyter_pause.checkpoint import StorageFullError, gc, open_store, read, write
+from jupyter_pause.checkpoint.collect import active_leases
 
 from .helpers import ROOT
 
@@ -94,6 +98,57 @@ def test_sigkill_during_write_never_leaves_a_lying_checkpoint(tmp_path, key, use
         assert [n for n in os.listdir(os.path.join(d, "tmp")) if n.endswith(".part")] == []
         assert read(store, key=key).values["gen"] in (1, 2)
     assert completed < len(delays), "no kill landed inside a write"
+
+
+def _lease_of(store, pid, proc_started, cid="20260101T000000000000Z-abcdef"):
+    """The lease and a temp file of a write under way in ``store``, as if written by ``pid``."""
+    txn = store.begin(cid)
+    info = json.loads(Path(txn.lease).read_text())
+    info.update(pid=pid, proc_started=proc_started)
+    if proc_started is None:
+        del info["proc_started"]  # a lease written before leases named the start time
+    with open(txn.lease, "w") as f:
+        json.dump(info, f)
+    part = os.path.join(store.root, "tmp", f"{cid}-0123456789ab.part")
+    with open(part, "wb") as f:
+        f.write(b"half a blob")
+    return txn.lease, part
+
+
+def test_a_lease_keeps_temp_files_only_while_its_writer_runs(tmp_path):
+    # The writer killed but not yet reaped (a zombie: a server's SIGKILLed kernels stay so until
+    # init reaps them, 1-2 s on some hosts): its write is dead, gc takes its temp files.
+    store = open_store(str(tmp_path / "zombie"))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lease, part = _lease_of(store, child.pid, psutil.Process(child.pid).create_time())
+        assert [cid for cid, _ in active_leases(store)] == ["20260101T000000000000Z-abcdef"]
+        child.kill()
+        deadline = time.monotonic() + 10
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "the killed child never became a zombie"
+            time.sleep(0.01)
+        assert active_leases(store) == [] and not os.path.exists(lease)
+        gc(store)
+        assert not os.path.exists(part)
+    finally:
+        child.kill()
+        child.wait()
+    # The same pid given to a later process (a container restarted under the same host name
+    # numbers its processes anew): the start time tells them apart.
+    me = psutil.Process()
+    store = open_store(str(tmp_path / "reused"))
+    lease, part = _lease_of(store, me.pid, me.create_time() - 3600)
+    assert active_leases(store) == []
+    gc(store)
+    assert not os.path.exists(part) and not os.path.exists(lease)
+    # The writer itself, running: kept, with or without the start time in its lease.
+    for name, started in (("live", me.create_time()), ("old-lease", None)):
+        store = open_store(str(tmp_path / name))
+        lease, part = _lease_of(store, me.pid, started)
+        assert [cid for cid, _ in active_leases(store)] == ["20260101T000000000000Z-abcdef"]
+        gc(store)
+        assert os.path.exists(part) and os.path.exists(lease)
 
 
 def _files(root):

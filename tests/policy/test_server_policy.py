@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import datetime
 
 import pytest
 import tornado.httpclient
@@ -13,6 +14,7 @@ from jupyter_pause.server import bridge as kbridge
 from jupyter_pause.server.activity import not_activity
 from jupyter_pause.server.bridge import own_client
 from jupyter_pause.server.bridge import run_bridge as call_bridge
+from tests.harness import until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -130,10 +132,13 @@ async def test_connected_client_gets_a_grace_period_it_can_cancel(srv, jp_ws_fet
         await srv.lifecycle.wait()
     finally:
         ws.close()
-    await asyncio.sleep(0.5)  # let the journal writes of the cancellations land
-    events = [(e["event"], e.get("by")) for e in srv.journal()
-              if e["event"].startswith("auto_pause")]
-    assert events == [("auto_pause_announced", None), ("auto_pause_cancelled", "activity"),
+    def auto_pause_events():
+        return [(e["event"], e.get("by")) for e in srv.journal()
+                if e["event"].startswith("auto_pause")]
+
+    # the cancellations' journal writes run in tasks of their own
+    await until(lambda: len(auto_pause_events()) >= 5, 30, "five auto-pause journal lines")
+    assert auto_pause_events() == [("auto_pause_announced", None), ("auto_pause_cancelled", "activity"),
                       ("auto_pause_announced", None), ("auto_pause_cancelled", "user"),
                       ("auto_pause_announced", None)]
     assert srv.lifecycle.state["state"] == "paused"
@@ -141,13 +146,23 @@ async def test_connected_client_gets_a_grace_period_it_can_cancel(srv, jp_ws_fet
 
 
 async def _status_last_activity(jp_fetch):
+    # parsed: isoformat() leaves out a zero fraction, so "...:05Z" sorts after "...:05.3Z"
     r = await jp_fetch("api", "status")
-    return json.loads(r.body)["last_activity"]
+    return datetime.fromisoformat(json.loads(r.body)["last_activity"].replace("Z", "+00:00"))
+
+
+async def _activity_after(jp_fetch, before):
+    """The server's last_activity once it is later than ``before`` (it reads IOPub on a socket
+    of its own, after the client has its reply)."""
+    async def later():
+        now = await _status_last_activity(jp_fetch)
+        return now if now > before else None
+
+    return await until(later, 30, f"last_activity later than {before}")
 
 
 async def test_our_kernel_calls_are_not_user_activity(srv, jp_fetch):
-    kid = await srv.open_notebook()
-    await asyncio.sleep(0.3)
+    kid = await srv.open_notebook()  # returns once the server has read the cell's last message
     before = await _status_last_activity(jp_fetch)
     async with not_activity(srv.serverapp, kid):
         res = await kbridge.call(srv.serverapp, kid, "liveness", timeout=30)
@@ -167,8 +182,7 @@ async def test_our_kernel_calls_are_not_user_activity(srv, jp_fetch):
         assert (await call_bridge(kc, "liveness", timeout=30))["pid"]
     finally:
         kc.stop_channels()
-    await asyncio.sleep(0.3)
-    assert await _status_last_activity(jp_fetch) > before
+    assert await _activity_after(jp_fetch, before) > before
 
 
 async def test_activity_watch_has_a_session_of_its_own(srv, monkeypatch):
