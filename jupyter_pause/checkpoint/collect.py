@@ -14,8 +14,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-import psutil
-
+from . import procid
 from .errors import CheckpointError
 from .manifest import blob_names, parse
 from .store import LEASE_SUFFIX, MANIFEST_MAX, Store, valid_digest
@@ -37,34 +36,22 @@ def active_leases(store: Store) -> list[tuple[str, float]]:
         try:
             info = json.loads(store.read_bytes(p))
             started = float(info["started"])
-            alive = now - started < LEASE_MAX_AGE
-            if alive and info.get("host") == host:
-                alive = writer_alive(int(info["pid"]), info.get("proc_started"))
+            pid = int(info["pid"])
+            ident = info.get("proc")
         except Exception:  # noqa: BLE001 - a malformed lease (huge pid, nan, a list...)
             log.debug("ignoring malformed lease %s", n)
             continue
+        alive = now - started < LEASE_MAX_AGE
+        if alive and info.get("host") == host:
+            try:
+                alive = procid.writer_alive(pid, ident)
+            except Exception as e:  # noqa: BLE001 - undecided is alive: never collect under a writer
+                log.debug("cannot tell whether lease %s's writer runs: %s", n, e)
         if alive:
             out.append((n[: -len(LEASE_SUFFIX)], started))
         else:
             store.remove(p)
     return out
-
-
-def writer_alive(pid: int, proc_started: Any = None) -> bool:
-    """Whether the process that wrote a lease on this host still runs: not when the pid is
-    gone, a zombie (killed, not yet reaped: its lease would keep a dead write's temp files), or
-    a later process given the same pid (its start time differs from the lease's)."""
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        if isinstance(proc_started, (int, float)) and not isinstance(proc_started, bool):
-            return abs(proc.create_time() - float(proc_started)) < 1.0
-        return True
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:
-        return True  # another user's live process: keep its write
 
 
 def referenced(store: Store) -> set[str]:

@@ -58,7 +58,7 @@ def count_checkpoints(store: Any) -> int:
                         "manifests")
     n = 0
     try:
-        slugs = [e.path for e in os.scandir(root) if e.is_dir()]
+        slugs = [e.path for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
     except (FileNotFoundError, NotADirectoryError):
         return 0
     for d in slugs:

@@ -68,17 +68,20 @@ def read_regular(path: str, limit: int | None = None) -> bytes:
 
 def makedirs_private(root: str, path: str) -> None:
     """Create ``path`` (under ``root``) with every folder 0700 (os.makedirs applies its mode only
-    to the last folder). Anything in the way that is not a folder (a link leading elsewhere, a
-    file, a FIFO) is set aside, renamed beside itself, never followed nor deleted: we never
-    created it, and refusing would make every later write whose blob name starts with those two
-    characters fail for good."""
+    to the last folder).
+
+    Below the store's top-level folders, anything in the way that is not a folder (a link
+    leading elsewhere, a file, a FIFO) is set aside (:func:`_set_aside`), never followed nor
+    deleted: we never created it, and refusing would make every later write whose blob name
+    starts with those two characters fail for good. A top-level folder (``blobs``, ``tmp``...)
+    that is a link is refused: that is a set-up someone made, to be fixed where it was made."""
     rel = os.path.relpath(path, root)
     if rel.startswith("..") or os.path.isabs(rel):
         os.makedirs(path, exist_ok=True)
         return
     parts = [] if rel == "." else rel.split(os.sep)
     cur = root
-    for part in [None, *parts]:
+    for depth, part in enumerate([None, *parts]):
         cur = cur if part is None else os.path.join(cur, part)
         for _ in range(SET_ASIDE_TRIES):
             try:
@@ -86,24 +89,52 @@ def makedirs_private(root: str, path: str) -> None:
             except FileNotFoundError:
                 if part is None:
                     os.makedirs(os.path.dirname(cur), exist_ok=True)
-                with contextlib.suppress(FileExistsError):
+                try:
                     os.mkdir(cur, 0o700)
-                    os.chmod(cur, 0o700)  # the umask may have narrowed it further, never wider
-                continue  # look again: another writer may have put something else there
+                except FileExistsError:
+                    continue  # another writer made it (or something else): look again
+                _narrow(cur)
+                continue
             if part is None or stat.S_ISDIR(st.st_mode):
                 break
+            if depth < 2:
+                raise OSError(errno.ENOTDIR, f"{cur} is not a folder (a link?)")
             _set_aside(cur)
         else:
             raise OSError(errno.ENOTDIR, f"{cur} is not a folder (a link?) and keeps coming back")
 
 
+def _narrow(folder: str) -> None:
+    """Mode 0700 on a folder just made (the umask may have narrowed it further, never wider);
+    through a descriptor, so a link swapped in meanwhile is not followed."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return  # no longer a folder: the caller looks again
+    try:
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
 def _set_aside(path: str) -> None:
-    """Rename what is at ``path`` (not a folder) to a name no reader of the store uses."""
+    """Move what is at ``path`` (not a folder when looked at) to a name no reader of the store
+    uses. A hard link of the entry itself, then the entry removed: neither works on a folder,
+    so a folder another writer made here meanwhile is never moved (a rename would move it, and
+    the blobs a published checkpoint names with it)."""
     aside = f"{path}.set-aside-{secrets.token_hex(4)}"
     try:
-        os.rename(path, aside)  # renames a link itself, never its target
+        os.link(path, aside, follow_symlinks=False)  # links a link itself, never its target
     except FileNotFoundError:
-        return  # another writer set it aside first
+        return  # set aside by another writer: the caller looks again
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                return  # a folder now: the caller uses it
+        raise OSError(errno.ENOTDIR, f"{path} is not a folder (a link?) and cannot be set "
+                      f"aside: {e.strerror or e}") from None
+    with contextlib.suppress(OSError):  # gone, or a folder now: the caller looks again
+        os.unlink(path)
     log.warning("checkpoint store: %s was not a folder (a link, a file?); set it aside as %s "
                 "and made a folder in its place", path, aside)
 

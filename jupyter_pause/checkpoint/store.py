@@ -54,7 +54,7 @@ from typing import Any
 from jupyter_core.paths import jupyter_data_dir
 
 from ..atomicfile import fsync_dir, replace_file
-from . import goodblobs, localfs, objectstore, uploads
+from . import goodblobs, localfs, objectstore, procid, uploads
 from .errors import CheckpointError, IntegrityError, NotFoundError, StorageFullError
 from .manifest import Manifest, parse, verify
 
@@ -69,15 +69,6 @@ _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 def default_store_url() -> str:
     return os.path.join(jupyter_data_dir(), "jupyter-pause", "checkpoints")
-
-
-def _own_start_time() -> float | None:
-    try:
-        import psutil
-
-        return psutil.Process().create_time()
-    except Exception:  # noqa: BLE001 - the lease then names the pid alone, as before
-        return None
 
 
 def stream_slug(stream: str) -> str:
@@ -354,10 +345,10 @@ class Store:
         try:
             self._makedirs(self._join("tmp"))
             lease = self._join("tmp", f"{checkpoint_id}{LEASE_SUFFIX}")
-            # the process's own start time tells it apart from a later process given the same
-            # pid (a container restarted under the same host name numbers its processes anew)
-            info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-                    "proc_started": _own_start_time()}
+            info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+            ident = procid.identity()  # tells this process from a later one given its pid
+            if ident is not None:
+                info["proc"] = ident
             self._write_small(lease, json.dumps(info).encode(), durable=False)
             txn.lease = lease
         except OSError as e:

@@ -15,7 +15,7 @@ import numpy as np
 import psutil
 import pytest
 
-from jupyter_pause.checkpoint import StorageFullError, gc, open_store, read, write
+from jupyter_pause.checkpoint import StorageFullError, gc, open_store, procid, read, write
 from jupyter_pause.checkpoint.collect import active_leases
 
 from .helpers import ROOT
@@ -100,13 +100,14 @@ def test_sigkill_during_write_never_leaves_a_lying_checkpoint(tmp_path, key, use
     assert completed < len(delays), "no kill landed inside a write"
 
 
-def _lease_of(store, pid, proc_started, cid="20260101T000000000000Z-abcdef"):
-    """The lease and a temp file of a write under way in ``store``, as if written by ``pid``."""
+def _lease_of(store, pid, proc, cid="20260101T000000000000Z-abcdef"):
+    """The lease and a temp file of a write under way in ``store``, as if written by ``pid``
+    (``proc``: its identity in the lease; None: a lease from before leases had one)."""
     txn = store.begin(cid)
     info = json.loads(Path(txn.lease).read_text())
-    info.update(pid=pid, proc_started=proc_started)
-    if proc_started is None:
-        del info["proc_started"]  # a lease written before leases named the start time
+    info.update(pid=pid, proc=proc)
+    if proc is None:
+        del info["proc"]
     with open(txn.lease, "w") as f:
         json.dump(info, f)
     part = os.path.join(store.root, "tmp", f"{cid}-0123456789ab.part")
@@ -115,40 +116,49 @@ def _lease_of(store, pid, proc_started, cid="20260101T000000000000Z-abcdef"):
     return txn.lease, part
 
 
+def _kept(store, lease, part):
+    alive = [cid for cid, _ in active_leases(store)] == ["20260101T000000000000Z-abcdef"]
+    gc(store)
+    assert os.path.exists(part) == alive and os.path.exists(lease) == alive
+    return alive
+
+
+@pytest.mark.skipif(procid.identity() is None, reason="needs Linux's /proc")
 def test_a_lease_keeps_temp_files_only_while_its_writer_runs(tmp_path):
+    me = procid.identity()
     # The writer killed but not yet reaped (a zombie: a server's SIGKILLed kernels stay so until
     # init reaps them, 1-2 s on some hosts): its write is dead, gc takes its temp files.
-    store = open_store(str(tmp_path / "zombie"))
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        lease, part = _lease_of(store, child.pid, psutil.Process(child.pid).create_time())
+        ident = procid.identity(child.pid)
+        store = open_store(str(tmp_path / "zombie"))
+        lease, part = _lease_of(store, child.pid, ident)
         assert [cid for cid, _ in active_leases(store)] == ["20260101T000000000000Z-abcdef"]
+        old_store = open_store(str(tmp_path / "zombie-old-lease"))
+        old = _lease_of(old_store, child.pid, None)
         child.kill()
         deadline = time.monotonic() + 10
         while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
             assert time.monotonic() < deadline, "the killed child never became a zombie"
             time.sleep(0.01)
-        assert active_leases(store) == [] and not os.path.exists(lease)
-        gc(store)
-        assert not os.path.exists(part)
+        assert not _kept(store, lease, part)
+        assert not _kept(old_store, *old)
     finally:
         child.kill()
         child.wait()
     # The same pid given to a later process (a container restarted under the same host name
     # numbers its processes anew): the start time tells them apart.
-    me = psutil.Process()
     store = open_store(str(tmp_path / "reused"))
-    lease, part = _lease_of(store, me.pid, me.create_time() - 3600)
-    assert active_leases(store) == []
-    gc(store)
-    assert not os.path.exists(part) and not os.path.exists(lease)
-    # The writer itself, running: kept, with or without the start time in its lease.
-    for name, started in (("live", me.create_time()), ("old-lease", None)):
+    assert not _kept(store, *_lease_of(store, os.getpid(), dict(me, start=me["start"] - 100)))
+    # The writer itself, running: kept, with or without its identity in the lease.
+    for name, ident in (("live", me), ("old-lease", None)):
         store = open_store(str(tmp_path / name))
-        lease, part = _lease_of(store, me.pid, started)
-        assert [cid for cid, _ in active_leases(store)] == ["20260101T000000000000Z-abcdef"]
-        gc(store)
-        assert os.path.exists(part) and os.path.exists(lease)
+        assert _kept(store, *_lease_of(store, os.getpid(), ident))
+    # A writer in another pid namespace or boot (another container under the same host name):
+    # its pid means nothing here, so the lease is kept until it is too old to be a live write.
+    for name, other in (("pidns", {"pidns": "pid:[1]"}), ("boot", {"boot": "another"})):
+        store = open_store(str(tmp_path / name))
+        assert _kept(store, *_lease_of(store, 2**22 + 1, dict(me, **other)))
 
 
 def _files(root):

@@ -15,6 +15,7 @@ import pytest
 from jupyter_pause.checkpoint import (
     CheckpointError,
     IntegrityError,
+    localfs,
     open_store,
     read,
     retain,
@@ -302,3 +303,15 @@ def test_links_in_the_blob_folders_lead_nowhere(store, key, tmp_path):
     assert back["z"] == ns2["z"]
     # the folders set aside are not blobs to anyone who lists the store
     assert {d for d, _ in store.blob_files()} <= set(m.blobs) | set(m2.blobs)
+    # a writer that looked while a link was there, then sets aside what another writer has
+    # since made a folder (with the blob of a published checkpoint in it): the folder stays
+    d = next(iter(m2.blobs))
+    localfs._set_aside(os.path.dirname(store.blob_path(d)))
+    assert os.path.isfile(store.blob_path(d))
+    assert len([n for n in os.listdir(blobs) if n.startswith(d[:2] + ".")]) == 1
+    # the blobs folder itself a link: a set-up someone made, refused rather than moved
+    shutil.rmtree(blobs)
+    os.symlink(outside, blobs)
+    with pytest.raises(CheckpointError, match="not a folder"):
+        write({"w": np.arange(10)}, store, key=key)
+    assert os.path.islink(blobs) and sorted(os.listdir(outside)) == ["victim"]
