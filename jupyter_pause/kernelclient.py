@@ -15,6 +15,12 @@ from collections.abc import Callable
 from queue import Empty
 from typing import Any
 
+# Every client of ours has a session id with this prefix, so that jupyter_server's activity
+# watch can tell our requests' IOPub messages from the person's (jupyter_seams.keep_own_out).
+OWN_SESSION_PREFIX = "jupyter-pause-"
+# ... and the IOPub topics our readers subscribe to, to learn that their subscription is live
+SUBSCRIPTION_PREFIX = "jupyter_pause."
+
 # How often an unanswered kernel_info_request is sent again: one sent to a process that has
 # since died (a restart on the same ports) is never answered.
 RESEND_EVERY = 1.0
@@ -23,7 +29,7 @@ RESEND_EVERY = 1.0
 def client_of(kernel_manager: Any) -> Any:
     """A client of one kernel (its ``KernelManager``) with a session of its own."""
     session = kernel_manager.session.clone()
-    session.session = uuid.uuid4().hex  # also resets bsession, the socket identity
+    session.session = OWN_SESSION_PREFIX + uuid.uuid4().hex  # also resets bsession (identity)
     return kernel_manager.client(session=session)
 
 

@@ -79,6 +79,16 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float,
         time.sleep(interval)
 
 
+def person_client(serverapp: Any, kernel_id: str) -> Any:
+    """A client of a server's kernel as JupyterLab's is: a session of its own, whose id is not
+    one of ours (jupyter_server leaves our own clients' requests out of the person's activity:
+    ``jupyter_seams.keep_own_out``). Not the manager's session: see ``kernelclient``."""
+    km = serverapp.kernel_manager.get_kernel(kernel_id)
+    session = km.session.clone()
+    session.session = secrets.token_hex(16)
+    return km.client(session=session)
+
+
 async def until(predicate: Callable[[], Any], timeout: float = 60.0,
                 what: str = "condition") -> Any:
     """Poll ``predicate`` (sync or async) until it is true; fail after ``timeout`` seconds."""
@@ -385,7 +395,9 @@ class InProcessServer:
         if seen is not None:
             return seen
         seen = set()
-        session = kernel.session
+        # a session of its own: a Session refuses a message it has read before ("Duplicate
+        # Signature"), and another wrapper of this stream may read the same message
+        session = kernel.session.clone()
 
         def read(msg_list: list[bytes]) -> None:
             record(msg_list)

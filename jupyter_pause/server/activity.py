@@ -4,11 +4,13 @@ jupyter_server counts every IOPub message of an ``execute_request`` (silent or n
 activity: it moves ``kernel.last_activity`` and ``kernel_manager.last_kernel_activity``, which feed
 ``GET /api/status``'s ``last_activity`` (what Kubeflow's ``activityProbe`` and the Notebooks v1
 culler read) and JupyterHub's activity. A checkpoint, restore or liveness probe run by this
-extension is not the person's activity, so :func:`not_activity` puts those timestamps back to
-what they were, unless the person ran a cell meanwhile (an ``execute_input`` broadcast, which
-silent bridge calls never produce). Every bridge call runs inside it (:func:`.bridge.call`).
-jupyter_server has no way to leave a request uncounted: the write is a seam
-(:func:`.jupyter_seams.put_back_activity`).
+extension is not the person's activity. :func:`not_activity` (every bridge call runs inside it,
+:func:`.bridge.call`) makes sure jupyter_server's activity watch leaves the timestamps as they
+were for each message of ours as it reads it (:func:`.jupyter_seams.keep_own_out`: our clients'
+session ids say which), however late it reads them. Where that watch cannot be wrapped, it puts
+them back after the call instead, unless the person ran a cell meanwhile (an ``execute_input``
+broadcast, which silent bridge calls never produce; :func:`.jupyter_seams.put_back_activity`).
+jupyter_server has no way to leave a request uncounted: both are seams.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from ..kernelclient import msg_type
 from .iopub import watch_iopub
-from .jupyter_seams import put_back_activity
+from .jupyter_seams import keep_own_out, put_back_activity
 
 
 def _kernel(km: Any, kernel_id: str) -> Any | None:
@@ -45,6 +47,9 @@ async def not_activity(serverapp: Any, kernel_id: str, *, settle: float = 2.0
     km = serverapp.kernel_manager
     kernel = _kernel(km, kernel_id)
     if kernel is None:
+        yield
+        return
+    if keep_own_out(km, kernel):
         yield
         return
     before_kernel = getattr(kernel, "last_activity", None)

@@ -372,9 +372,13 @@ async def liveness(serverapp: Any, kernel_id: str, **kwargs: Any) -> LivenessRes
 async def cells_run(serverapp: Any, kernel_id: str, timeout: float) -> bool:
     """Whether the person ran a cell in this kernel process. Unknown (no answer, an older
     kernel side) counts as yes: the callers then save work that may exist rather than drop
-    it."""
+    it. A process that ended while asked counts as no: its work went with it, and the one the
+    restarter puts in its place has run nothing (saving that would shadow a good checkpoint
+    with an empty one)."""
     try:
         res = await call(serverapp, kernel_id, "liveness", timeout=max(1.0, timeout))
+    except KernelDied:
+        return False
     except Exception:  # noqa: BLE001 - no answer: treated as used
         return True
     cells = res.get("cells_run") if res.get("ok") is not False else None

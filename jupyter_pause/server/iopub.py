@@ -12,7 +12,7 @@ from typing import Any
 
 import zmq
 
-from ..kernelclient import client_of
+from ..kernelclient import SUBSCRIPTION_PREFIX, client_of
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class IOPubReader:
         # connection, so its welcome proves that b"" is active too. (jupyter_server counts a
         # welcome as kernel activity: only for calls inside not_activity, see watch_iopub.)
         if handshake:
-            topic = f"jupyter_pause.{uuid.uuid4().hex}".encode()
+            topic = f"{SUBSCRIPTION_PREFIX}{uuid.uuid4().hex}".encode()
             with contextlib.suppress(Exception):
                 client.iopub_channel.socket.setsockopt(zmq.SUBSCRIBE, topic)
         self.task = asyncio.ensure_future(self._run())

@@ -24,8 +24,9 @@ below says, and add the new hash to its entry.
    ``_stopping`` (its signal handlers and the idle shutdown call it); the shutdown API
    (``ShutdownHandler.post``) awaits ``_cleanup`` directly. The idle shutdown asks every
    extension's ``current_activity`` and calls ``stop()`` in the same callback.
-4. **Our kernel calls are not the person's activity** (:func:`put_back_activity`): every IOPub
-   message of any request moves ``kernel.last_activity`` and ``last_kernel_activity``
+4. **Our kernel calls are not the person's activity** (:func:`keep_own_out`, with
+   :func:`put_back_activity` where it cannot be installed): every IOPub message of any request
+   moves ``kernel.last_activity`` and ``last_kernel_activity``
    (``MappingKernelManager.start_watching_activity``), which ``GET /api/status`` and the idle
    shutdown read; nothing lets an extension's own requests go uncounted.
 """
@@ -37,6 +38,8 @@ import signal
 import threading
 from datetime import datetime
 from typing import Any
+
+from ..kernelclient import OWN_SESSION_PREFIX, SUBSCRIPTION_PREFIX
 
 # jupyter_server code each seam depends on: "module:qualname" -> its seam, and per jupyter_server
 # version checked the first 16 hex digits of the sha256 of its source, each line's trailing space
@@ -70,7 +73,7 @@ PINNED: dict[str, dict[str, Any]] = {
         "seam": "StopTrigger", "sha256": {"2.21.1": "d10f0e680f5b6176"}},
     # 4. activity
     "jupyter_server.services.kernels.kernelmanager:MappingKernelManager.start_watching_activity": {
-        "seam": "put_back_activity", "sha256": {"2.21.1": "5eb953c6918a07e0"}},
+        "seam": "keep_own_out", "sha256": {"2.21.1": "5eb953c6918a07e0"}},
     "jupyter_server.serverapp:ServerWebApplication.last_activity": {
         "seam": "put_back_activity", "sha256": {"2.21.1": "ca05820bde5df3b7"}},
 }
@@ -196,3 +199,64 @@ def put_back_activity(km: Any, kernel_id: str, kernel: Any, before_kernel: datet
             if at:
                 others.append(at)
         km.last_kernel_activity = max([before_km, *others])
+
+
+_DELIM = b"<IDS|MSG>"
+_OWN = OWN_SESSION_PREFIX.encode()
+_WELCOME = b"iopub_welcome"
+
+
+def keep_own_out(km: Any, kernel: Any) -> bool:
+    """From now on, the IOPub messages of our own requests (their parent's session is one of
+    ours: :func:`..kernelclient.client_of`) and the welcome of our own IOPub subscriptions leave
+    ``kernel.last_activity`` and ``last_kernel_activity`` as they were, however late
+    jupyter_server reads them; its ``execution_state`` is kept as it reads it. Once per activity
+    stream (a restart makes a new one); False when the kernel has none to wrap.
+
+    Depends on: ``MappingKernelManager.start_watching_activity`` (``kernel._activity_stream``, a
+    ``ZMQStream`` whose one receive callback sets both timestamps, synchronously) and pyzmq's
+    ``ZMQStream.on_recv`` (replaces that callback; ``_recv_callback`` holds it).
+    """
+    stream = getattr(kernel, "_activity_stream", None)
+    record = getattr(stream, "_recv_callback", None)
+    try:
+        if stream is None or record is None or stream.closed():
+            return False  # no watch (yet), or one a restart or shutdown is replacing
+    except Exception:  # noqa: BLE001 - not a stream we know: the caller falls back
+        return False
+    if getattr(stream, "_jupyter_pause_own_out", False):
+        return True
+    unpack = kernel.session.unpack
+
+    def filtered(msg_list: list[Any]) -> None:
+        before = (getattr(kernel, "last_activity", None), getattr(km, "last_kernel_activity", None))
+        record(msg_list)
+        if _is_own(msg_list, unpack):
+            if before[0] is not None:
+                kernel.last_activity = before[0]
+            if before[1] is not None:
+                km.last_kernel_activity = before[1]
+
+    try:
+        stream.on_recv(filtered)
+    except Exception:  # noqa: BLE001 - closed meanwhile: the caller falls back
+        return False
+    stream._jupyter_pause_own_out = True
+    return True
+
+
+def _is_own(msg_list: list[Any], unpack: Any) -> bool:
+    """A message answering a request of ours, or the welcome of a subscription of ours."""
+    try:
+        parts = [p if isinstance(p, bytes) else bytes(getattr(p, "bytes", p)) for p in msg_list]
+        i = parts.index(_DELIM)
+        header, parent = parts[i + 2], parts[i + 3]
+        if _OWN in parent:  # cheap test first: most messages are the person's
+            return str(unpack(parent).get("session", "")).startswith(OWN_SESSION_PREFIX)
+        if _WELCOME in header and unpack(header).get("msg_type") == "iopub_welcome":
+            # our subscriptions' topics (iopub.IOPubReader); the server's own b"" gets none
+            return str(unpack(parts[i + 5]).get("subscription", "")).startswith(SUBSCRIPTION_PREFIX)
+    except Exception:  # noqa: BLE001 - not ours to judge: it counts, as jupyter_server decided
+        return False
+    return False
+

@@ -14,7 +14,7 @@ import pytest
 
 from jupyter_pause.cluster.kube import Kube
 from jupyter_pause.cluster.resume import resume_workspace
-from jupyter_pause.server.bridge import own_client
+from tests.harness import person_client
 from tests.kerneldriver import run_cell
 
 from .conftest import NS, gke_server_config, notebook_pod
@@ -29,7 +29,7 @@ def jp_server_config(tmp_path, apiserver):
 
 
 async def _run(serverapp, kernel_id: str, code: str) -> str:
-    kc = own_client(serverapp, kernel_id)  # the manager's session id would be shared
+    kc = person_client(serverapp, kernel_id)  # the manager's session id would be shared
     kc.start_channels()
     try:
         out = await run_cell(kc, code)

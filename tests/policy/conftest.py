@@ -7,8 +7,7 @@ import time
 
 import pytest
 
-from jupyter_pause.server.bridge import own_client
-from tests.harness import InProcessServer, merge_config, pause_server_config
+from tests.harness import InProcessServer, merge_config, pause_server_config, person_client
 from tests.kerneldriver import run_cell
 
 
@@ -59,7 +58,7 @@ class Server(InProcessServer):
     async def run(self, kernel_id, code, *, wait=True):
         # a session of its own: a wait=False client stays open while the next one runs
         seen = self.watch_activity(kernel_id)
-        kc = own_client(self.serverapp, kernel_id)
+        kc = person_client(self.serverapp, kernel_id)
         kc.start_channels()
         try:
             await kc.wait_for_ready(timeout=60)

@@ -10,11 +10,11 @@ from datetime import datetime
 import pytest
 import tornado.httpclient
 
+from jupyter_pause.server import activity
 from jupyter_pause.server import bridge as kbridge
 from jupyter_pause.server.activity import not_activity
-from jupyter_pause.server.bridge import own_client
 from jupyter_pause.server.bridge import run_bridge as call_bridge
-from tests.harness import until
+from tests.harness import person_client, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -175,8 +175,9 @@ async def test_our_kernel_calls_are_not_user_activity(srv, jp_fetch):
     # kbridge.call guards itself: the server's own bridge calls never count either
     await kbridge.call(srv.serverapp, kid, "liveness", timeout=30)
     assert await _status_last_activity(jp_fetch) == before
-    # without the guard the same call would have counted (what Kubeflow's probe would see)
-    kc = own_client(srv.serverapp, kid)
+    # the same call from a client that is not ours counts (what Kubeflow's probe would see,
+    # were our calls not told apart)
+    kc = person_client(srv.serverapp, kid)
     kc.start_channels()
     try:
         assert (await call_bridge(kc, "liveness", timeout=30))["pid"]
@@ -185,8 +186,47 @@ async def test_our_kernel_calls_are_not_user_activity(srv, jp_fetch):
     assert await _activity_after(jp_fetch, before) > before
 
 
+async def test_our_calls_stay_uncounted_however_late_the_server_reads_iopub(srv, jp_fetch):
+    """jupyter_server reads IOPub on a socket of its own, in its own turn of the event loop:
+    under load it reads our call's messages after the call has returned. They must not count,
+    and the person's must, however late."""
+    kid = await srv.open_notebook()
+    km = srv.serverapp.kernel_manager
+    kernel = km.get_kernel(kid)
+    await kbridge.call(srv.serverapp, kid, "liveness", timeout=30)
+    stream = kernel._activity_stream
+    read = stream._recv_callback  # the server's own reading (and whatever wraps it)
+    loop = asyncio.get_running_loop()
+    pending, done = [], []
+
+    def late(msg_list):
+        pending.append(msg_list)
+
+        def now():
+            pending.remove(msg_list)
+            read(msg_list)
+            done.append(msg_list)
+
+        loop.call_later(0.5, now)
+
+    stream.on_recv(late)
+    try:
+        before = await _status_last_activity(jp_fetch)
+        await kbridge.call(srv.serverapp, kid, "liveness", timeout=30)
+        # busy then idle (and our subscription's welcome), all read half a second late
+        await until(lambda: len(done) >= 2 and not pending
+                    and kernel.execution_state == "idle", 30, "the late reads")
+        assert await _status_last_activity(jp_fetch) == before
+        await srv.run(kid, "z = 3")
+        assert await _activity_after(jp_fetch, before) > before
+    finally:
+        stream.on_recv(read)
+
+
 async def test_activity_watch_has_a_session_of_its_own(srv, monkeypatch):
-    """not_activity's IOPub client must not share the manager's session id (ZMQ identity)."""
+    """not_activity's IOPub client (where jupyter_server's activity watch cannot be wrapped)
+    must not share the manager's session id (ZMQ identity)."""
+    monkeypatch.setattr(activity, "keep_own_out", lambda km, kernel: False)
     kid = await srv.open_notebook()
     kernel = srv.serverapp.kernel_manager.get_kernel(kid)
     made = []

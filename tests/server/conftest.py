@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from jupyter_pause.server.bridge import own_client
-from tests.harness import InProcessServer, merge_config, pause_server_config
+from tests.harness import InProcessServer, merge_config, pause_server_config, person_client
 from tests.kerneldriver import run_cell
 
 
@@ -53,7 +52,7 @@ class Workspace(InProcessServer):
         return model
 
     def client(self, kernel_id):
-        kc = own_client(self.serverapp, kernel_id)
+        kc = person_client(self.serverapp, kernel_id)
         kc.start_channels()
         return kc
 
