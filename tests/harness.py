@@ -410,6 +410,7 @@ class InProcessServer:
                 seen.add(msg["parent_header"].get("msg_id"))
 
         read.idle_read = seen  # type: ignore[attr-defined]
+        read.__wrapped__ = record  # type: ignore[attr-defined]
         stream.on_recv(read)
         return seen
 

@@ -208,9 +208,11 @@ _WELCOME = b"iopub_welcome"
 
 def keep_own_out(km: Any, kernel: Any) -> bool:
     """From now on, the IOPub messages of our own requests (their parent's session is one of
-    ours: :func:`..kernelclient.client_of`) and the welcome of our own IOPub subscriptions leave
-    ``kernel.last_activity`` and ``last_kernel_activity`` as they were, however late
-    jupyter_server reads them; its ``execution_state`` is kept as it reads it. Once per activity
+    ours: :func:`..kernelclient.client_of`) up to that request's trailing idle, and the welcome
+    of our own IOPub subscriptions, leave ``kernel.last_activity`` and ``last_kernel_activity``
+    as they were, however late jupyter_server reads them; its ``execution_state`` is kept as it
+    reads it. After that idle a message with our parent is the person's: ipykernel gives output
+    from the person's threads the latest request's parent, which may be ours. Once per activity
     stream (a restart makes a new one); False when the kernel has none to wrap.
 
     Depends on: ``MappingKernelManager.start_watching_activity`` (``kernel._activity_stream``, a
@@ -224,39 +226,66 @@ def keep_own_out(km: Any, kernel: Any) -> bool:
             return False  # no watch (yet), or one a restart or shutdown is replacing
     except Exception:  # noqa: BLE001 - not a stream we know: the caller falls back
         return False
-    if getattr(stream, "_jupyter_pause_own_out", False):
+    if _wraps_ours(record):
         return True
     unpack = kernel.session.unpack
+    ended: dict[str, None] = {}  # our requests whose trailing idle was read, newest last
 
     def filtered(msg_list: list[Any]) -> None:
         before = (getattr(kernel, "last_activity", None), getattr(km, "last_kernel_activity", None))
         record(msg_list)
-        if _is_own(msg_list, unpack):
+        if _is_own(msg_list, unpack, ended):
             if before[0] is not None:
                 kernel.last_activity = before[0]
             if before[1] is not None:
                 km.last_kernel_activity = before[1]
 
+    filtered._jupyter_pause_own_out = True  # type: ignore[attr-defined]
+    filtered.__wrapped__ = record  # type: ignore[attr-defined]
     try:
         stream.on_recv(filtered)
     except Exception:  # noqa: BLE001 - closed meanwhile: the caller falls back
         return False
-    stream._jupyter_pause_own_out = True
     return True
 
 
-def _is_own(msg_list: list[Any], unpack: Any) -> bool:
-    """A message answering a request of ours, or the welcome of a subscription of ours."""
+ENDED_KEPT = 256  # our ended requests remembered per kernel (thread output names the latest)
+
+
+def _wraps_ours(callback: Any) -> bool:
+    """Whether ``callback`` is our filter, or wraps it (``__wrapped__``, as functools does)."""
+    for _ in range(64):
+        if callback is None:
+            return False
+        if getattr(callback, "_jupyter_pause_own_out", False):
+            return True
+        callback = getattr(callback, "__wrapped__", None)
+    return False
+
+
+def _is_own(msg_list: list[Any], unpack: Any, ended: dict[str, None]) -> bool:
+    """A message of a request of ours up to its trailing idle, or the welcome of a
+    subscription of ours. Records in ``ended`` the requests whose idle this is."""
     try:
         parts = [p if isinstance(p, bytes) else bytes(getattr(p, "bytes", p)) for p in msg_list]
         i = parts.index(_DELIM)
         header, parent = parts[i + 2], parts[i + 3]
         if _OWN in parent:  # cheap test first: most messages are the person's
-            return str(unpack(parent).get("session", "")).startswith(OWN_SESSION_PREFIX)
+            ph = unpack(parent)
+            msg_id = str(ph.get("msg_id", ""))
+            if not str(ph.get("session", "")).startswith(OWN_SESSION_PREFIX) or msg_id in ended:
+                return False
+            if b"status" in header:
+                h = unpack(header)
+                if h.get("msg_type") == "status" and \
+                        unpack(parts[i + 5]).get("execution_state") == "idle":
+                    ended[msg_id] = None
+                    while len(ended) > ENDED_KEPT:
+                        del ended[next(iter(ended))]
+            return True
         if _WELCOME in header and unpack(header).get("msg_type") == "iopub_welcome":
             # our subscriptions' topics (iopub.IOPubReader); the server's own b"" gets none
             return str(unpack(parts[i + 5]).get("subscription", "")).startswith(SUBSCRIPTION_PREFIX)
     except Exception:  # noqa: BLE001 - not ours to judge: it counts, as jupyter_server decided
         return False
     return False
-

@@ -73,6 +73,19 @@ class Server(InProcessServer):
         await self.server_read(kernel_id, out.reply, seen)
         return out.reply
 
+    async def barrier(self, kernel_id):
+        """Until jupyter_server has read every IOPub message the kernel sent so far: a person's
+        kernel_info request (not activity to jupyter_server), whose trailing idle it reads after
+        everything before it (one socket, in order)."""
+        seen = self.watch_activity(kernel_id)
+        kc = person_client(self.serverapp, kernel_id)
+        kc.start_channels()
+        try:
+            reply = await kc.kernel_info(reply=True, timeout=30)
+        finally:
+            kc.stop_channels()
+        await self.server_read(kernel_id, reply, seen)
+
     def fake_clock(self, offset: float = 0.0) -> FakeClock:
         clock = FakeClock(time.time() + offset)
         self.monitor.clock = clock

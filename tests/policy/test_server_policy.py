@@ -10,6 +10,7 @@ from datetime import datetime
 import pytest
 import tornado.httpclient
 
+from jupyter_pause.kernelclient import OWN_SESSION_PREFIX
 from jupyter_pause.server import activity
 from jupyter_pause.server import bridge as kbridge
 from jupyter_pause.server.activity import not_activity
@@ -167,6 +168,7 @@ async def test_our_kernel_calls_are_not_user_activity(srv, jp_fetch):
     async with not_activity(srv.serverapp, kid):
         res = await kbridge.call(srv.serverapp, kid, "liveness", timeout=30)
     assert res["ok"]
+    await srv.barrier(kid)  # the server has read our call's messages: none of them counted
     assert await _status_last_activity(jp_fetch) == before
     # reading our policy and report endpoints is not activity either
     await srv.api("GET", "policy")
@@ -174,6 +176,7 @@ async def test_our_kernel_calls_are_not_user_activity(srv, jp_fetch):
     assert await _status_last_activity(jp_fetch) == before
     # kbridge.call guards itself: the server's own bridge calls never count either
     await kbridge.call(srv.serverapp, kid, "liveness", timeout=30)
+    await srv.barrier(kid)
     assert await _status_last_activity(jp_fetch) == before
     # the same call from a client that is not ours counts (what Kubeflow's probe would see,
     # were our calls not told apart)
@@ -221,6 +224,31 @@ async def test_our_calls_stay_uncounted_however_late_the_server_reads_iopub(srv,
         assert await _activity_after(jp_fetch, before) > before
     finally:
         stream.on_recv(read)
+
+
+async def test_a_persons_thread_output_after_our_call_still_counts(srv, jp_fetch):
+    """ipykernel gives output from a thread the person started the parent of the latest
+    request, which after a bridge call is ours: once our call has ended, that output is the
+    person's work going on and must keep the kernel active (an idle rule must not pause it)."""
+    kid = await srv.open_notebook()
+    marker = "thread-printing"
+    await srv.run(kid, "import threading, time\n"
+                       "stop_printing = threading.Event()\n"
+                       "def _printer():\n"
+                       "    while not stop_printing.wait(0.2):\n"
+                       f"        print({marker!r}, flush=True)\n"
+                       "threading.Thread(target=_printer, daemon=True).start()")
+    try:
+        # not srv.barrier: a person's request would become the threads' parent instead of ours
+        seen = srv.watch_activity(kid)
+        seen_before = set(seen)
+        await kbridge.call(srv.serverapp, kid, "liveness", timeout=30)
+        await until(lambda: any(m.startswith(OWN_SESSION_PREFIX) for m in seen - seen_before),
+                    30, "the server reading our call's trailing idle")
+        after_call = await _status_last_activity(jp_fetch)
+        assert await _activity_after(jp_fetch, after_call) > after_call
+    finally:
+        await srv.run(kid, "stop_printing.set()")
 
 
 async def test_activity_watch_has_a_session_of_its_own(srv, monkeypatch):
