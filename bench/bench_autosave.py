@@ -128,7 +128,9 @@ def on_vs_off(k: Kernel, name: str, code: str, args: argparse.Namespace) -> None
           f"target p99 <= {TARGET_MS:g} ms); hooks held the kernel at most "
           f"{st['hook_ms_max']:.3f} ms, a fork at most {st['fork_ms_max']:.1f} ms; autosaves "
           f"meanwhile: {st['saved'] - saved0} written, "
-          f"{st['cancelled'] - cancelled0} cancelled by a cell", flush=True)
+          f"{st['cancelled'] - cancelled0} cancelled by a cell; the last one's child gave back "
+          f"{(st.get('last') or {}).get('bytes_given_back', 0) / 1e6:.0f} MB of shared memory "
+          "early", flush=True)
     figure(f"{name}, cell p99 with autosave on", [pct(lat["on"], 0.99)],
            "autosave off", [pct(lat["off"], 0.99)], f"added p99 <= {TARGET_MS:g} ms")
 
@@ -192,6 +194,11 @@ def section_model(args: argparse.Namespace, root: str) -> None:
     k = Kernel(os.path.join(root, "b"))
     try:
         k.cell(MODEL.format(per=per, tensors=args.tensors))
+        huge = k.silent("[int(l.split()[1]) for l in open('/proc/self/smaps_rollup') "
+                        "if l.startswith('AnonHugePages')][0] // 1024")
+        print(f"    the model state in transparent huge pages: {huge} MB (the rest in 4 KiB "
+              "pages: a fork copies their page tables, a write during a child copies 4 KiB at "
+              "a time)", flush=True)
         full_autosave(k)
         if "model" in args.sections:
             on_vs_off(k, "(b) model state, one tensor changed",

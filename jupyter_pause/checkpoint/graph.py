@@ -77,6 +77,8 @@ class Walk:
         # (lo, hi, obj) of memory that a numpy array and a CPU torch storage both use; obj is an
         # ndarray owning its data or an UntypedStorage (the pickler rebuilds one over the other)
         self.shared_mem: list[tuple[int, int, Any]] = []
+        # (lo, hi) of every array or CPU storage whose memory another one also uses
+        self.overlaps: list[tuple[int, int]] = []
 
 
 class _WalkTimeout(Exception):
@@ -117,7 +119,7 @@ def _group(items: list[tuple[str, Any]], namespace: Any, time_limit: float | Non
                                "(the variable_timeout)")
     walker.deadline = None
     _union_shared_leaves(walker.np, walker.uf, walker.owner, walker.leaves, walker.leaf_sets)
-    w.shared_mem = _union_shared_memory(walker.mem, walker.uf)
+    w.shared_mem, w.overlaps = _union_shared_memory(walker.mem, walker.uf)
     groups: dict[int, list[str]] = {}
     for vi, (name, _v) in enumerate(items):
         if name not in w.skipped:
@@ -472,17 +474,22 @@ def _union_shared_leaves(np: Any, uf: _UF, owner: dict[Any, int], leaves: list[A
             seen.update(dict.fromkeys(ids - seen.keys(), vi))
 
 
-def _union_shared_memory(mem: list[tuple[int, int, int, Any]], uf: _UF) -> list[Any]:
+def _union_shared_memory(mem: list[tuple[int, int, int, Any]],
+                         uf: _UF) -> tuple[list[Any], list[tuple[int, int]]]:
     """Union variables whose arrays/storages overlap in memory (one sort, one sweep); returns
-    the members of overlaps that mix numpy and torch, for the pickler to rebuild together."""
+    the members of overlaps that mix numpy and torch, for the pickler to rebuild together, and
+    the ranges of every member of an overlap."""
     if len(mem) < 2:
-        return []
+        return [], []
     mem.sort(key=lambda m: m[0])
     out: list[tuple[int, int, Any]] = []
+    overlaps: list[tuple[int, int]] = []
     cluster = [mem[0]]
     hi = mem[0][1]
 
     def close(c: list[Any]) -> None:
+        if len(c) > 1:
+            overlaps.extend((lo_, hi_) for lo_, hi_, _vi, _obj in c)
         if len(c) > 1 and len({type(m[3]).__module__.split(".")[0] for m in c}) > 1:
             out.extend((lo_, hi_, obj) for lo_, hi_, _vi, obj in c)
 
@@ -495,4 +502,4 @@ def _union_shared_memory(mem: list[tuple[int, int, int, Any]], uf: _UF) -> list[
             close(cluster)
             cluster, hi = [m], m[1]
     close(cluster)
-    return out
+    return out, overlaps

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from . import cache as _cache
@@ -11,6 +13,7 @@ from .blobpool import BlobPool
 from .cache import WriteCache
 
 SHARD_MIN = 64 << 20  # below this, new tensors go into a single pack
+GIVE_BACK_MIN = 64 << 10  # smaller storages are not worth a system call
 
 
 class TensorPacks:
@@ -33,6 +36,14 @@ class TensorPacks:
         self.taken: set[tuple[Any, Any]] = set()  # (blob, name) of old entries given out
         self.sizes: set[int] | None = None  # sizes of the entries this write could reuse
         self.deferred: set[int] = set()  # entries hashed while written, not before
+        # Giving memory back (a forked writer, see kernel.forkwrite): ``give_back(storages)``
+        # gets each reused storage once the write will not read it again (see read_later).
+        self.give_back: Callable[[list[Any]], None] | None = None
+        self.reads: list[tuple[int, int]] = []  # (start, end) of memory read later, sorted
+        self.longest = 0  # the longest of them
+        self.unknown_reads = False
+        self.used: dict[str, int] = {}  # old pack -> bytes of it this write reuses
+        self.waiting: dict[str, list[Any]] = {}  # old pack (not yet sure to be kept) -> storages
 
     def add(self, us: Any, dtype: str) -> int:
         gi = len(self.entries)
@@ -61,11 +72,56 @@ class TensorPacks:
             # decided at the end: reused only if enough of the old pack is still in use
             self.entries.append(dict(old, key=f"t{gi}", xxh3=x))
             self.reuse.setdefault(old["blob"], []).append((gi, us, dtype))
+            if self.give_back is not None:
+                self._reused(old, us)
         else:
             self.entries.append(self._new_entry(gi, us, dtype, x))
             self.pending.append((gi, us, dtype))
             self.pending_bytes += us.nbytes()
+            if self.give_back is not None and us.device.type == "cpu":
+                self.read_later(us.data_ptr(), us.nbytes())
         return gi
+
+    def _reused(self, old: dict[str, Any], us: Any) -> None:
+        """A storage reuses ``old``'s bytes. Once its old pack is sure to be kept (at least half
+        of it reused, as _settle_reuse decides; that only grows), its storages are handed to
+        ``give_back``: no storage of a pack that may still be rewritten is ever given back."""
+        blob = old["blob"]
+        self.used[blob] = self.used.get(blob, 0) + us.nbytes()
+        waiting = self.waiting.setdefault(blob, [])
+        waiting.append(us)
+        pack_size = old.get("pack_size")
+        if not isinstance(pack_size, int) or self.used[blob] * 2 < pack_size:
+            return
+        ready = [s for s in waiting if self._unread(s)]
+        waiting.clear()
+        if ready and self.give_back is not None:
+            self.give_back(ready)
+
+    def read_later(self, a: int, n: int) -> None:
+        """Memory this write reads after now (a buffer in flight, a storage to be written): no
+        storage over any of it is given back. ``n`` < 0: unknown, then nothing is."""
+        if n < 0:
+            self.unknown_reads = True
+            return
+        bisect.insort(self.reads, (a, a + n))
+        self.longest = max(self.longest, n)
+
+    def _unread(self, us: Any) -> bool:
+        """Whether nothing of this write reads the storage's memory again: a CPU storage of at
+        least GIVE_BACK_MIN bytes none of whose bytes a later read (see read_later) covers."""
+        n = us.nbytes()
+        if self.unknown_reads or us.device.type != "cpu" or n < GIVE_BACK_MIN:
+            return False
+        a = us.data_ptr()
+        # only a range starting within ``longest`` before ours can reach into it
+        i = bisect.bisect_left(self.reads, (a - self.longest,))
+        for lo, hi in self.reads[i:]:
+            if lo >= a + n:
+                break
+            if hi > a:
+                return False
+        return True
 
     def _reusable_sizes(self) -> set[int]:
         """Sizes of the entries the last write recorded or a restore handed out: a storage of
@@ -99,7 +155,8 @@ class TensorPacks:
     def _settle_reuse(self) -> None:
         """Reference an old pack only while at least half of it is still in use; otherwise
         rewrite its few unchanged storages, so a checkpoint never pins (and a restore never
-        reads) a whole old pack for a handful of bytes. Bounds the waste at 2x."""
+        reads) a whole old pack for a handful of bytes. Bounds the waste at 2x. (A storage
+        given back was in a pack kept here: see _reused.)"""
         run = self.run
         for blob, items in self.reuse.items():
             used = sum(us.nbytes() for _, us, _ in items)
@@ -109,7 +166,7 @@ class TensorPacks:
                 run.add_done(used)
                 run.known += used
                 continue
-            for gi, us, dtype in items:
+            for gi, us, dtype in items:  # never handed to give_back: its pack is not kept
                 self.entries[gi] = self._new_entry(gi, us, dtype, self.entries[gi].get("xxh3"))
                 self.pending.append((gi, us, dtype))
                 self.pending_bytes += us.nbytes()
@@ -147,4 +204,5 @@ class TensorPacks:
             for gi, _, _ in shard:
                 self.entries[gi]["blob"] = f
                 self.entries[gi]["pack_size"] = size
+
 

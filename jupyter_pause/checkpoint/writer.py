@@ -74,6 +74,7 @@ def write(
     protect: Iterable[str] = (),
     unit_timeout: float | None = None,
     process_state: bool | Mapping[str, Any] = False,
+    done_with: Callable[[list[Any]], None] | None = None,
 ) -> WriteResult:
     """Checkpoint ``namespace`` into ``store``. Never fails because one variable cannot be saved:
     such variables are reported as skipped/stale with a reason. Raises CheckpointError (e.g.
@@ -83,7 +84,9 @@ def write(
     ``keep``: checkpoints of ``stream`` kept afterwards (:func:`.retention.retain`; 0 or None: no
     count limit, nothing deleted); ``protect``: ids it must never delete (e.g. the checkpoints
     the server's pause depends on). ``process_state``: also keep the process's state
-    (:mod:`.procstate`), signed with the manifest."""
+    (:mod:`.procstate`), signed with the manifest. ``done_with(storages)``: called with CPU
+    storages the write reuses by reference and will not read again, as soon as that is sure (a
+    forked writer gives their memory back early, see ``kernel.forkwrite``)."""
     t0 = time.monotonic()
     if not isinstance(store, Store):
         store = open_store(store)
@@ -110,7 +113,7 @@ def write(
         txn.abort()
         raise
     pool.estimate = sum(walk.big_bytes.values())
-    units = _Units(namespace, pool, walk, prewritten, cache, max_size, unit_timeout)
+    units = _Units(namespace, pool, walk, prewritten, cache, max_size, unit_timeout, done_with)
     try:
         pool.report(force=True)
         units.save_all()
@@ -157,7 +160,8 @@ class _Units:
 
     def __init__(self, namespace: Mapping[str, Any], pool: BlobPool, walk: Walk,
                  prewritten: dict[tuple[Any, ...], cf.Future[Any]], cache: WriteCache | None,
-                 max_size: int | None, unit_timeout: float | None) -> None:
+                 max_size: int | None, unit_timeout: float | None,
+                 done_with: Callable[[list[Any]], None] | None = None) -> None:
         self.namespace, self.pool, self.walk = namespace, pool, walk
         self.prewritten, self.max_size, self.unit_timeout = prewritten, max_size, unit_timeout
         self.status: dict[str, tuple[str, str | None]] = {}
@@ -168,6 +172,12 @@ class _Units:
         self.storages: dict[int, int] = {}  # storage _cdata -> index into the manifest's tensors
         self.packs = TensorPacks(pool, cache)
         self.tensor_entries: list[dict[str, Any]] = []
+        if done_with is not None:
+            # memory read later: out-of-band buffers (the pool reads them; more come with each
+            # unit) and memory two arrays or storages share (the walk's)
+            self.packs.give_back = done_with
+            for a, n in [*prewritten, *((lo, hi - lo) for lo, hi in walk.overlaps)]:
+                self.packs.read_later(a, n)
 
     # -- pickling ------------------------------------------------------------------------------
     def save_all(self) -> None:
@@ -237,6 +247,10 @@ class _Units:
         if self.max_size is not None and nbytes > self.max_size:
             self._skip(names, nbytes)
             return
+        addresses = [_address(mv) for mv in ctx.buffers]
+        if self.packs.give_back is not None:
+            for at, size in addresses:  # before the unit's storages are hashed
+                self.packs.read_later(at, size)
         entry: dict[str, Any] = {
             "names": names,
             "pickler": pickler,
@@ -257,8 +271,8 @@ class _Units:
             f = self.pool.put([stream_bytes], "pickle", len(stream_bytes))
             entry["stream"] = {"future": f, "offset": 0, "length": len(stream_bytes)}
         entry["buffers"] = [
-            self.prewritten.pop(_address(mv), None) or self.pool.put([mv], "buffer", mv.nbytes)
-            for mv in ctx.buffers
+            self.prewritten.pop(at, None) or self.pool.put([mv], "buffer", mv.nbytes)
+            for at, mv in zip(addresses, ctx.buffers, strict=True)
         ]
         self.packs.flush(final=False)
         self.pool.report()

@@ -226,12 +226,13 @@ class Autosave:
                               "seconds": round(time.monotonic() - t0, 4)}
         self._retain()
 
-    def _write(self, cell: int | None, guard: Any, progress: Any) -> Any:
+    def _write(self, cell: int | None, guard: Any, progress: Any,
+               done_with: Any = None) -> Any:
         return ops.do_checkpoint(
             self.ip, store_url=self.store_url, key_path=self.key_path, stream=self.stream,
             keep=0,  # the engine's count rule would mix kinds; retain_autosaves runs after
             meta={"kind": KIND, "trigger": KIND, "cell": cell},
-            progress=progress, publish_guard=guard, kind=KIND)
+            progress=progress, publish_guard=guard, kind=KIND, done_with=done_with)
 
     def _write_forked(self, cell: int | None) -> dict[str, Any] | None:
         t0 = time.perf_counter()
@@ -251,7 +252,7 @@ class Autosave:
             self._phase = "forking"  # a cell that starts now waits for the fork to end
         try:
             msg = forkwrite.write_in_child(
-                lambda guard: self._write(cell, guard, None), url,
+                lambda guard, done_with: self._write(cell, guard, None, done_with), url,
                 ops._cache_for(self.store_url), may_publish=self._may_publish, started=started)
         finally:
             with self._lock:

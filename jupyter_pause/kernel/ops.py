@@ -87,12 +87,14 @@ def do_checkpoint(
     unit_timeout: float | None = None,
     kind: str = "checkpoint",
     publish_guard: Callable[[Any], Any] | None = None,
+    done_with: Callable[[list[Any]], None] | None = None,
 ) -> Any:
     """Write a checkpoint of the user's variables; returns the engine's ``WriteResult``.
     ``unit_timeout``: seconds one variable may take to serialize before it is skipped.
     ``kind``: recorded in the manifest's meta ("autosave" is kept apart by retention, see
     :mod:`.autosave`); ``publish_guard(publish)`` wraps the store's publish (the autosave's
-    last chance to cancel a write that a cell started during)."""
+    last chance to cancel a write that a cell started during); ``done_with``: the engine's
+    hook for storages it will not read again (a forked autosave gives their memory back)."""
     prov = provenance.install(ip)
     ns = namespace.user_variables(ip)
     include = list(include) if include is not None else None
@@ -133,6 +135,7 @@ def do_checkpoint(
         progress=progress,
         cache=_cache_for(store_url),
         process_state=True,
+        done_with=done_with,
         **kwargs,
     )
     out_row = ipystate.output_row([as_row(v) for v in res.variables])

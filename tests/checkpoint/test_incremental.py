@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from jupyter_pause.checkpoint import WriteCache, gc, read, write
+from jupyter_pause.checkpoint.tensors import storage_xxh3
 
 
 def _blobs_on_disk(store):
@@ -262,3 +263,72 @@ def test_a_blob_replaced_by_another_file_is_not_vouched_for(store, key):
     assert write(ns, store, key=key, cache=cache).bytes_written >= 300_000 * 8
     assert store.claim_blob(blob)  # now the file this process wrote
     assert write(ns, store, key=key, cache=cache).bytes_written < 4096
+
+
+def test_done_with_names_only_storages_the_write_will_not_read_again(store, key):
+    """The hook a forked autosave uses to unmap memory early: after every storage is hashed it
+    gets the unchanged storages reused by reference, never one the write still reads (a
+    changed storage being written, memory another array or storage shares)."""
+    torch = pytest.importorskip("torch")
+    ps = [torch.full((1 << 18,), float(i)) for i in range(10)]  # 1 MiB each
+    shared = np.zeros(1 << 18, dtype=np.float32)
+    ns = {"ps": ps, "view": ps[3].numpy(), "a": torch.from_numpy(shared),
+          "b": torch.from_numpy(shared[1:])}  # two storages over the same bytes
+    cache = WriteCache()
+    calls: list[list[int]] = []
+
+    def done_with(storages):
+        calls.extend(us.data_ptr() for us in storages)
+
+    write(ns, store, key=key, cache=cache, done_with=done_with)
+    assert calls == []  # a first write reuses nothing
+    ps[5].data[7] = -1.0  # changed behind torch's back: written again
+    shared[100] = 2.0  # both storages over it changed
+    r = write(ns, store, key=key, cache=cache, done_with=done_with)
+    index = {p.untyped_storage().data_ptr(): i for i, p in enumerate(ps)}
+    # ps[3] is left out: `view` shares its bytes (pickled as a view of it, but memory two
+    # objects share is never given back)
+    assert sorted(index.get(a, a) for a in calls) == [0, 1, 2, 4, 6, 7, 8, 9]
+    assert len(set(calls)) == len(calls)  # each once
+    got = read(store, key=key, checkpoint_id=r.checkpoint_id).values
+    assert [float(p[7]) for p in got["ps"]] == [float(p[7]) for p in ps]
+    assert float(got["a"][100]) == 2.0 and float(got["b"][99]) == 2.0
+    got["view"][0] = 5.0
+    assert float(got["ps"][3][0]) == 5.0
+    # Most storages of a pack changed: the few unchanged ones are written again (a checkpoint
+    # never pins an old pack for a handful of bytes), so none of them is given back first.
+    for i in range(10):
+        if i not in (0, 1):
+            ps[i].data[9] += 1.0
+    prev = {e["xxh3"]: e["blob"] for e in r.manifest.tensors}
+    calls.clear()
+    r = write(ns, store, key=key, cache=cache, done_with=done_with)
+    now = {e["xxh3"]: e["blob"] for e in r.manifest.tensors}
+    same = [storage_xxh3(ps[i].untyped_storage()) for i in (0, 1)]
+    assert all(now[x] != prev[x] for x in same) and calls == []
+    got = read(store, key=key, checkpoint_id=r.checkpoint_id).values
+    assert [float(p[9]) for p in got["ps"]] == [float(p[9]) for p in ps]
+
+def test_done_with_leaves_out_storages_under_memory_still_read():
+    """Memory a buffer in flight, a storage to be written or another array or storage shares
+    (all registered with read_later) is never named, by a byte; unknown memory names nothing."""
+    torch = pytest.importorskip("torch")
+    from jupyter_pause.checkpoint.packs import GIVE_BACK_MIN, TensorPacks
+
+    st = [torch.zeros(GIVE_BACK_MIN, dtype=torch.uint8).untyped_storage() for _ in range(4)]
+    a = [s.data_ptr() for s in st]
+
+    def unread(*reads):
+        packs = TensorPacks(None, None)  # type: ignore[arg-type]
+        for at, n in [(a[1], GIVE_BACK_MIN), *reads]:  # st[1] is being written
+            packs.read_later(at, n)
+        return [i for i in range(4) if packs._unread(st[i])]
+
+    assert unread() == [0, 2, 3]
+    assert unread((a[2] + GIVE_BACK_MIN - 1, 1)) == [0, 3]  # its last byte
+    assert unread((a[3] - 10, 10)) == [0, 2, 3]  # ends just before it
+    assert unread((a[0] + 5, 1)) == [2, 3]
+    assert unread((min(a) - 100, 1 << 40), (a[2], 1)) == []  # one long range over all
+    assert unread((id(a), -1)) == []
+    small = torch.zeros(GIVE_BACK_MIN - 1, dtype=torch.uint8).untyped_storage()
+    assert not TensorPacks(None, None)._unread(small)  # type: ignore[arg-type]

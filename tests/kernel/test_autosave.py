@@ -14,6 +14,7 @@ import pytest
 
 from jupyter_pause.checkpoint import open_keyed_store
 from jupyter_pause.checkpoint.retention import is_autosave
+from jupyter_pause.kernel.forkwrite import PAGE
 from tests.harness import wait_for
 
 STREAM = "analysis.ipynb"  # JPY_SESSION_NAME of kernel_env
@@ -265,3 +266,63 @@ def test_autosave_after_a_checkpoint_in_the_kernel_completes(kernel_factory: Any
     k.ok("%pause --autosave on")
     m = autosave_of_cell(where, k.ok("a[0] = 2.0").reply["content"]["execution_count"], 60)
     assert m.meta["kind"] == "autosave"
+
+
+# Eight 4 MiB tensors in one pack; a cell then changes one of them behind torch's back.
+TENSORS = "import torch\nps = [torch.full((1 << 20,), float(i)) for i in range(8)]"
+CHANGED = "ps[2].data[5] = -1.0"
+
+
+def given_back_after(k: Any, where: dict[str, str], code: str) -> tuple[Any, dict[str, Any]]:
+    m = autosave_of_cell(where, k.ok(code).reply["content"]["execution_count"], 120)
+    last = wait_for("the kernel to hear of it",
+                    lambda: (status(k).get("last") or {}).get("checkpoint_id") == m.id
+                    and status(k)["last"], 30)
+    return m, last
+
+
+def test_a_forked_autosave_gives_back_unchanged_memory_and_saves_it_whole(
+        kernel_factory: Any, where: dict[str, str]) -> None:
+    """The child maps away the memory of storages it reuses unchanged (so the kernel's next
+    writes to them copy nothing); the autosave still holds every value, the kernel's own
+    tensors are untouched, and a cell may write them at once."""
+    k = kernel_factory(**{**where, "JUPYTER_PAUSE_AUTOSAVE": json.dumps({"mode": "fork"})})
+    k.ok("%load_ext jupyter_pause")
+    _, first = given_back_after(k, where, TENSORS)
+    assert first["bytes_given_back"] == 0  # nothing to reuse yet
+    m, last = given_back_after(k, where, CHANGED)
+    # the seven unchanged storages, each but the pages holding its first and last byte
+    assert 7 * ((4 << 20) - 2 * PAGE) <= last["bytes_given_back"] <= 7 * (4 << 20), last
+    k.ok("for p in ps: p.add_(1.0)")
+    assert k.eval("[float(p[5]) for p in ps]") == [1.0, 2.0, 0.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    fresh = kernel_factory(**where)
+    fresh.ok("%load_ext jupyter_pause")
+    fresh.ok(f"%restore --id {m.id}")
+    assert fresh.eval("[float(p[5]) for p in ps]") == [0.0, 1.0, -1.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    assert fresh.eval("[float(p.sum()) for p in ps][3]") == 3.0 * (1 << 20)
+
+
+def test_a_child_that_reads_memory_it_gave_back_fails_safely(kernel_factory: Any,
+                                                             where: dict[str, str]) -> None:
+    """A read of given-back memory that the engine did not foresee (an alias nothing showed)
+    ends the child with SIGSEGV: that autosave fails with a clear error, the previous one stays
+    the newest, and this kernel's next autosaves complete without giving memory back."""
+    k = kernel_factory(**{**where, "JUPYTER_PAUSE_AUTOSAVE": json.dumps({"mode": "fork"})})
+    k.ok("%load_ext jupyter_pause")
+    good, _ = given_back_after(k, where, TENSORS)
+    k.ok("import ctypes\nfrom jupyter_pause.kernel import forkwrite as _fw\n"
+         "_give_back = _fw._give_back\n"
+         "def _reads_after(storages):\n"
+         "    n = _give_back(storages)\n"
+         "    ctypes.string_at(storages[0].data_ptr() + 2 * _fw.PAGE, 1)  # the unforeseen read\n"
+         "    return n\n"
+         "_fw._give_back = _reads_after\n" + CHANGED)
+    st = wait_for("the crashed autosave", lambda: status(k)["failed"] and status(k), 120)
+    assert "crashed (SIGSEGV)" in st["error"] and "no longer give memory back" in st["error"]
+    assert next(m.id for m in autosaves(where)) == good.id
+    m, last = given_back_after(k, where, "ps[3].data[5] = -2.0")
+    assert last["bytes_given_back"] == 0 and k.eval("_fw._give_back_ok") is False
+    fresh = kernel_factory(**where)
+    fresh.ok("%load_ext jupyter_pause")
+    fresh.ok(f"%restore --id {m.id}")
+    assert fresh.eval("[float(p[5]) for p in ps][:4]") == [0.0, 1.0, -1.0, -2.0]
