@@ -39,8 +39,8 @@ class TensorPacks:
         # Giving memory back (a forked writer, see kernel.forkwrite): ``give_back(storages)``
         # gets each reused storage once the write will not read it again (see read_later).
         self.give_back: Callable[[list[Any]], None] | None = None
-        self.reads: list[tuple[int, int]] = []  # (start, end) of memory read later, sorted
-        self.longest = 0  # the longest of them
+        self.read_starts: list[int] = []  # memory read later: disjoint, sorted intervals
+        self.read_ends: list[int] = []
         self.unknown_reads = False
         self.used: dict[str, int] = {}  # old pack -> bytes of it this write reuses
         self.waiting: dict[str, list[Any]] = {}  # old pack (not yet sure to be kept) -> storages
@@ -103,9 +103,15 @@ class TensorPacks:
         storage over any of it is given back. ``n`` < 0: unknown, then nothing is."""
         if n < 0:
             self.unknown_reads = True
+        if n <= 0:
             return
-        bisect.insort(self.reads, (a, a + n))
-        self.longest = max(self.longest, n)
+        # kept as disjoint intervals: one that meets or touches the new one is merged into it
+        starts, ends = self.read_starts, self.read_ends
+        lo, hi = a, a + n
+        i, j = bisect.bisect_left(ends, lo), bisect.bisect_right(starts, hi)
+        if i < j:
+            lo, hi = min(lo, starts[i]), max(hi, ends[j - 1])
+        starts[i:j], ends[i:j] = [lo], [hi]
 
     def _unread(self, us: Any) -> bool:
         """Whether nothing of this write reads the storage's memory again: a CPU storage of at
@@ -114,14 +120,8 @@ class TensorPacks:
         if self.unknown_reads or us.device.type != "cpu" or n < GIVE_BACK_MIN:
             return False
         a = us.data_ptr()
-        # only a range starting within ``longest`` before ours can reach into it
-        i = bisect.bisect_left(self.reads, (a - self.longest,))
-        for lo, hi in self.reads[i:]:
-            if lo >= a + n:
-                break
-            if hi > a:
-                return False
-        return True
+        i = bisect.bisect_right(self.read_ends, a)  # the first interval ending after a
+        return i == len(self.read_starts) or self.read_starts[i] >= a + n
 
     def _reusable_sizes(self) -> set[int]:
         """Sizes of the entries the last write recorded or a restore handed out: a storage of
@@ -204,5 +204,3 @@ class TensorPacks:
             for gi, _, _ in shard:
                 self.entries[gi]["blob"] = f
                 self.entries[gi]["pack_size"] = size
-
-

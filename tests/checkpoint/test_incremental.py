@@ -332,3 +332,39 @@ def test_done_with_leaves_out_storages_under_memory_still_read():
     assert unread((id(a), -1)) == []
     small = torch.zeros(GIVE_BACK_MIN - 1, dtype=torch.uint8).untyped_storage()
     assert not TensorPacks(None, None)._unread(small)  # type: ignore[arg-type]
+
+
+def test_done_with_range_check_agrees_with_a_plain_scan():
+    """The merged intervals behind read_later answer as a scan of every read would, for
+    touching, nested, equal, empty (no byte: no cover) and far-reaching ranges."""
+    import random
+
+    from jupyter_pause.checkpoint.packs import GIVE_BACK_MIN, TensorPacks
+
+    class Storage:
+        class device:  # the shape of torch's attribute
+            type = "cpu"
+
+        def __init__(self, a: int, n: int) -> None:
+            self.a, self.n = a, n
+
+        def data_ptr(self) -> int:
+            return self.a
+
+        def nbytes(self) -> int:
+            return self.n
+
+    rng = random.Random(7)
+    half = GIVE_BACK_MIN // 2
+    for _ in range(2000):
+        packs, reads = TensorPacks(None, None), []  # type: ignore[arg-type]
+        for _ in range(rng.randint(0, 12)):
+            a = rng.randint(0, 10) * half + rng.randint(-3, 3)
+            n = rng.choice([0, 1, GIVE_BACK_MIN, 3 * GIVE_BACK_MIN, rng.randint(1, 8 * half)])
+            packs.read_later(a, n)
+            reads.append((a, n))
+        for _ in range(10):
+            a = rng.randint(0, 12) * half + rng.randint(-3, 3)
+            n = GIVE_BACK_MIN * rng.randint(1, 3)
+            scan = not any(b < a + n and a < b + m for b, m in reads if m > 0)
+            assert packs._unread(Storage(a, n)) == scan, (reads, a, n)
