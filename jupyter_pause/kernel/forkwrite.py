@@ -18,8 +18,9 @@ the blobs known good) is sent back, so the next pause writes only what changed s
 Giving memory back (:func:`_give_back`): while the child lives, every page it shares with the
 kernel is copied on the kernel's first write to it, so a cell that changes a 30 MB tensor took
 40-65 ms instead of 1 ms (a transparent huge page is split, then copied 4 KiB at a time). Once
-the engine has hashed a storage and reuses it unchanged, the write does not read it again; the
-child maps it away, so the kernel's later writes to it copy nothing. Mapped to an inaccessible
+the engine has hashed a storage it reuses unchanged, knows its old pack stays referenced, and
+no later read of the write covers it (``checkpoint.packs``), the write does not read it again;
+the child maps it away, so the kernel's later writes to it copy nothing. Mapped to an inaccessible
 reservation, not ``MADV_DONTNEED``: a read of that memory by anything we missed ends the child
 (SIGSEGV: the autosave fails and the previous one stays) instead of reading zeros into a
 checkpoint; after such a crash this kernel stops giving memory back.
