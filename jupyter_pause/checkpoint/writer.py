@@ -109,8 +109,10 @@ def write(
         walk = group_variables(items, namespace, time_limit=unit_timeout,
                                tick=lambda big: _walk_progress(pool, big))
     except BaseException:
-        pool.shutdown()
-        txn.abort()
+        try:
+            pool.shutdown()
+        finally:
+            txn.abort()  # even when a second interruption lands in the shutdown
         raise
     pool.estimate = sum(walk.big_bytes.values())
     units = _Units(namespace, pool, walk, prewritten, cache, max_size, unit_timeout, done_with)
@@ -124,8 +126,10 @@ def write(
         store.sync(txn)
         store.publish(txn, stream, data)
     except BaseException:
-        pool.shutdown()
-        txn.abort()
+        try:
+            pool.shutdown()
+        finally:
+            txn.abort()
         raise
     pool.shutdown()
     txn.release()

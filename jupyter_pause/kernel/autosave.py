@@ -165,11 +165,20 @@ class Autosave:
                 return
             if for_cell and self._mode_now == "fork":
                 return
-            self._cancel.set()
             if self._child is not None:
+                self._cancel.set()
                 _kill(self._child)
+            elif self._mode_now == "fork":
+                # never an exception in the forking thread: it could land in os.fork (a child
+                # nobody waits for) or in an at-fork handler (a lock left held). The fork is
+                # checked against the flag under this lock, and started() kills a child
+                # forked before it.
+                self._cancel.set()
             else:
+                # raised first: the writer must not also see the flag and raise on its own,
+                # then meet this exception in its clean-up
                 _raise_in(self._thread, Cancelled)
+                self._cancel.set()
 
     def _held(self, t0: float) -> None:
         ms = (time.perf_counter() - t0) * 1000
@@ -185,8 +194,9 @@ class Autosave:
                 self._round()
             except Cancelled:
                 self.stats["cancelled"] += 1
-            except Exception:  # an autosave never fails the notebook or ends this thread
+            except Exception as e:  # an autosave never fails the notebook or ends this thread
                 log.debug("autosave round failed", exc_info=True)
+                self._failed(ops.one_line(e))  # e.g. a fork refused (no memory, no process)
 
     def _round(self) -> None:
         with self._lock:
@@ -205,6 +215,18 @@ class Autosave:
             self._phase = "writing"
             self._last_start = time.monotonic()
             self._mode_now = self._mode()
+        try:
+            self._write_round(cell)
+        finally:
+            # back to idle under the lock: no cancel raises into this thread after this (a
+            # late one would land outside _loop's try and end the thread), and a pending one
+            # is withdrawn
+            with self._lock:
+                _raise_in(self._thread, None)
+                self._phase = "idle"
+                self._wake.notify_all()
+
+    def _write_round(self, cell: int | None) -> None:
         t0 = time.monotonic()
         if self._mode_now == "fork":
             done = self._write_forked(cell)
@@ -247,17 +269,32 @@ class Autosave:
                 if self._cancel.is_set():  # stopped while forking
                     _kill(pid)
 
-        url = cp.open_store(self.store_url).url
-        with self._lock:
+        def may_fork() -> bool:  # holding self._lock, which the cells' hook takes too
+            if self._in_cell or self._cancel.is_set():
+                return False  # a cell started (or a stop came) since the round began
             self._phase = "forking"  # a cell that starts now waits for the fork to end
+            return True
+
+        def ended() -> None:
+            with self._lock:
+                self._child = None
+
+        url = cp.open_store(self.store_url).url
         try:
             msg = forkwrite.write_in_child(
                 lambda guard, done_with: self._write(cell, guard, None, done_with), url,
-                ops._cache_for(self.store_url), may_publish=self._may_publish, started=started)
+                ops._cache_for(self.store_url), may_publish=self._may_publish, started=started,
+                lock=self._lock, may_fork=may_fork, ended=ended)
         finally:
             with self._lock:
                 self._child = None
         if msg.get("cancelled"):
+            if msg.get("signal") and not self._cancel.is_set():
+                # killed from outside: most likely the OOM killer (the child is the biggest
+                # process of the pod while it lives)
+                self._failed(f"the autosave's writer was killed ({msg['signal']}; out of "
+                             "memory?); the previous autosave stays the newest")
+                return None
             raise Cancelled()
         if "error" in msg:
             self._failed(str(msg["error"]))

@@ -203,22 +203,41 @@ def _give_back(storages: list[Any]) -> int:
 
 def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url: str,
                    cache: Any, *, may_publish: Callable[[], bool],
-                   started: Callable[[int], None]) -> dict[str, Any]:
+                   started: Callable[[int], None], lock: Any,
+                   may_fork: Callable[[], bool], ended: Callable[[], None]) -> dict[str, Any]:
     """Run ``write(publish_guard, done_with)`` in a forked child; wait for it (the caller is a
     thread). ``done_with``: the engine's hook for storages it will not read again (None when
     this kernel no longer gives memory back).
     ``store_url``: the store's normalized URL (``Store.url``).
 
+    ``may_fork()`` is asked holding ``lock``, and the fork happens under it: a cell that starts
+    (its hook takes the same lock) comes either before the check, and there is no fork, or
+    after the fork; a copy is never taken in the middle of a cell. The child never takes
+    ``lock``. ``started(pid)`` comes after the fork, ``ended()`` once the child has ended but
+    before it is reaped (its pid cannot be reused until then, so a kill sent before
+    ``ended()`` never reaches another process).
+
     Returns ``{"done": {...}}`` (the write's id and sizes; ``cache`` and the known-good blobs
-    updated from the child), ``{"cancelled": True}`` or ``{"error": "one line"}``."""
+    updated from the child), ``{"cancelled": True}`` (no fork, or the child was killed:
+    ``"signal"`` names the signal then) or ``{"error": "one line"}``."""
     up_r, up_w = os.pipe()
     down_r, down_w = os.pipe()
+    fds = (up_r, up_w, down_r, down_w)
+    parent = os.getpid()
     froze = _freeze_gc()
     try:
-        pid = os.fork()
+        with lock:
+            pid = os.fork() if may_fork() else None
     except BaseException:
+        if os.getpid() != parent:  # a child must never go back into the kernel's code
+            os._exit(1)
         _unfreeze_gc(froze)
+        _close(fds)
         raise
+    if pid is None:
+        _unfreeze_gc(froze)
+        _close(fds)
+        return {"cancelled": True}
     if pid == 0:  # the child: never returns
         code = 1
         try:
@@ -269,12 +288,16 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
         os.close(up_r)
         os.close(down_w)
         with contextlib.suppress(ChildProcessError):
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped yet
+        ended()
+        with contextlib.suppress(ChildProcessError):
             status = os.waitpid(pid, 0)[1]
         _unfreeze_gc(froze)
     if msg is None and os.WIFSIGNALED(status) and os.WTERMSIG(status) in CRASH_SIGNALS:
         return {"error": crashed(os.WTERMSIG(status))}
-    if msg is None:
-        return {"cancelled": True}  # killed (a foreground checkpoint, a stop)
+    if msg is None:  # killed: by the kernel (a foreground checkpoint, a stop) or from outside
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        return {"cancelled": True, "signal": signal.Signals(sig).name if sig else None}
     if "error" in msg and msg.get("gave_back"):
         msg["error"] += crashed(None)  # it may come of the memory given back: not again
     if "done" in msg:
@@ -284,6 +307,12 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
         for digest, stamp in msg.get("good") or []:
             goodblobs.remember(store_url, digest, stamp)
     return msg
+
+
+def _close(fds: tuple[int, ...]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def crashed(sig: int | None) -> str:

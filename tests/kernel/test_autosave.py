@@ -326,3 +326,127 @@ def test_a_child_that_reads_memory_it_gave_back_fails_safely(kernel_factory: Any
     fresh.ok("%load_ext jupyter_pause")
     fresh.ok(f"%restore --id {m.id}")
     assert fresh.eval("[float(p[5]) for p in ps][:4]") == [0.0, 1.0, -1.0, -2.0]
+
+
+# The autosave thread's fork preparation, held until a file appears: a test acts in between.
+HOLD_FORK = """
+import pathlib, time
+from jupyter_pause.kernel import forkwrite as _fw
+_freeze = _fw._freeze_gc
+def _held_freeze():
+    pathlib.Path({held!r}).write_text("1")
+    end = time.monotonic() + 60
+    while not pathlib.Path({go!r}).exists() and time.monotonic() < end:
+        time.sleep(0.01)
+    pathlib.Path({returned!r}).write_text("1")
+    _fw._freeze_gc = _freeze  # this round only
+    return _freeze()
+_fw._freeze_gc = _held_freeze
+"""
+
+
+def _hold_fork(k: Any, tmp_path: Path) -> tuple[int, Path, Path, Path]:
+    """A cell that holds its own autosave's fork preparation; returns its number and the
+    files: held (the preparation waits), go (let it go on), returned (it went on normally)."""
+    held, go, returned = (tmp_path / n for n in ("held", "go", "returned"))
+    out = k.ok(HOLD_FORK.format(held=str(held), go=str(go), returned=str(returned)))
+    wait_for("the autosave to prepare its fork", held.exists, 60)
+    return out.reply["content"]["execution_count"], held, go, returned
+
+
+def test_a_cell_that_starts_while_a_fork_is_prepared_is_never_copied_half_run(
+        kernel_factory: Any, where: dict[str, str], tmp_path: Path) -> None:
+    """The round saw no cell running, then a cell began before the fork: a copy taken now
+    would hold half of that cell under the previous cell's number. The fork is checked under
+    the lock the cells' hook takes, so that round forks nothing; the next one saves it whole."""
+    k = kernel_factory(**{**where, "JUPYTER_PAUSE_AUTOSAVE": json.dumps({"mode": "fork"})})
+    k.ok("%load_ext jupyter_pause")
+    cell, _held, go, returned = _hold_fork(k, tmp_path)
+    k.start(f"import pathlib, time\nhalf = 1\npathlib.Path({str(go)!r}).write_text('1')\n"
+            "time.sleep(1.5)\nhalf = 2")
+    after = k.ok("after = 3").reply["content"]["execution_count"]  # runs once that cell ended
+    m = autosave_of_cell(where, after)
+    assert returned.exists()
+    assert status(k)["cancelled"] >= 1
+    assert [x for x in autosaves(where) if x.meta.get("cell") == cell] == []
+    fresh = kernel_factory(**where)
+    fresh.ok("%load_ext jupyter_pause")
+    fresh.ok(f"%restore --id {m.id}")
+    assert fresh.eval("(half, after)") == (2, 3)
+
+
+def test_a_stop_while_a_fork_is_prepared_raises_nothing_into_the_forking_thread(
+        kernel_factory: Any, where: dict[str, str], tmp_path: Path) -> None:
+    """An exception sent into the thread that forks could land in os.fork itself (a child
+    that nobody waits for) or in an at-fork handler (a lock left held): a stop before the fork
+    only sets the flag the fork is checked against."""
+    k = kernel_factory(**{**where, "JUPYTER_PAUSE_AUTOSAVE": json.dumps({"mode": "fork"})})
+    k.ok("%load_ext jupyter_pause")
+    _cell, _held, go, returned = _hold_fork(k, tmp_path)
+    k.silent(STATUS.replace(".status()", ".cancel()") + " or 0")
+    go.write_text("1")
+    st = wait_for("the stopped round", lambda: status(k)["cancelled"] and status(k), 60)
+    assert returned.exists()  # the preparation went on: no exception was raised into it
+    assert st["error"] is None
+    assert [x for x in autosaves(where) if x.meta.get("cell") == _cell] == []
+    wait_for("no child left", lambda: not _children(k), 30)
+    done = k.ok("y = 1").reply["content"]["execution_count"]
+    autosave_of_cell(where, done)
+
+
+def _children(k: Any) -> list[int]:
+    pid = k.km.provisioner.process.pid
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                stat = Path(f"/proc/{p}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(p))
+    return out
+
+
+def test_a_writer_killed_from_outside_is_a_failure_not_a_cancel(kernel_factory: Any,
+                                                                where: dict[str, str],
+                                                                tmp_path: Path) -> None:
+    """The OOM killer's choice while the child lives (it is the pod's biggest process): the
+    person is told, and the previous autosave stays the newest."""
+    k = kernel_factory(**{**where, "JUPYTER_PAUSE_AUTOSAVE": json.dumps({"mode": "fork"})})
+    k.ok("%load_ext jupyter_pause")
+    good = autosave_of_cell(where, k.ok("x = 'kept'").reply["content"]["execution_count"])
+    marker = tmp_path / "pickling"
+    k.ok(SLOW + f"\nslow = Slow({str(marker)!r}, 30, False)")
+    wait_for("the child to be writing", marker.exists, 60)
+    (child,) = _children(k)
+    os.kill(child, signal.SIGKILL)
+    st = wait_for("the failed autosave", lambda: status(k)["failed"] and status(k), 60)
+    assert "killed (SIGKILL; out of memory?)" in st["error"], st
+    assert st["cancelled"] == 0
+    assert next(m.id for m in autosaves(where)) == good.id
+
+
+def _fds_when_idle(k: Any) -> int:
+    """The kernel's open files once no autosave is under way (asked silently: no round)."""
+    wait_for("the autosave to be idle", lambda: status(k)["phase"] == "idle", 60)
+    return k.silent("len(__import__('os').listdir('/proc/self/fd'))")
+
+
+def test_a_fork_the_system_refuses_is_told_and_leaks_nothing(kernel_factory: Any,
+                                                             where: dict[str, str]) -> None:
+    k = kernel_factory(**{**where, "JUPYTER_PAUSE_AUTOSAVE": json.dumps({"mode": "fork"})})
+    k.ok("%load_ext jupyter_pause")
+    autosave_of_cell(where, k.ok("x = 1").reply["content"]["execution_count"])
+    k.ok("import os\n_fork = os.fork\n"
+         "def _refused():\n"
+         "    raise OSError(12, 'Cannot allocate memory')\n"
+         "os.fork = _refused\nx = 2")
+    st = wait_for("the refused fork", lambda: status(k)["failed"] and status(k), 60)
+    assert "Cannot allocate memory" in st["error"], st
+    fds = _fds_when_idle(k)
+    k.ok("x = 3")  # refused again: nothing more is open after it
+    wait_for("the second refused fork", lambda: status(k)["failed"] == 2, 60)
+    assert _fds_when_idle(k) == fds
+    done = k.ok("os.fork = _fork\nx = 4").reply["content"]["execution_count"]
+    autosave_of_cell(where, done)

@@ -6,6 +6,7 @@ finishes and a checkpoint that reads back equal show that nothing read it."""
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -57,7 +58,9 @@ def test_a_forked_write_that_gives_back_memory_saves_every_value(tmp_path: Any) 
 
     pid0 = os.getpid()
     msg = forkwrite.write_in_child(in_child, open_store(url).url, cache,
-                                   may_publish=lambda: True, started=lambda pid: None)
+                                   may_publish=lambda: True, started=lambda pid: None,
+                                   lock=threading.Lock(), may_fork=lambda: True,
+                                   ended=lambda: None)
     assert os.getpid() == pid0
     assert "done" in msg, msg
     # ps[0], ps[3], ps[6], ps[7] and d["w"] at least (ps[1] and ps[5] share their memory)
