@@ -114,7 +114,9 @@ class Autosave:
         self._due: float | None = None       # monotonic time a write may start
         self._cell: int | None = None        # execution count of the last finished cell
         self._phase = "idle"                 # idle | forking | writing | publishing
-        self._in_cell = False                # a cell of the person runs now
+        self._in_cell = 0                    # cells running now (a cell may run another)
+        self._cells_started = 0              # cells begun so far: a round forks only if none
+        self._round_cells = 0                # ... began since the round read the cell's number
         self._last_start = 0.0
         self._stopped = False
         # Checkpoint the person was offered after a death: %restore takes it by default.
@@ -132,7 +134,7 @@ class Autosave:
         # our own nested cells (recompute) are not the notebook's cells
         ours = info is not None and not getattr(info, "store_history", True)
         with self._lock:
-            self._in_cell = False
+            self._in_cell = max(0, self._in_cell - 1)
             if not ours:
                 self._cell = getattr(result, "execution_count", None)
             if self.settings.enabled and not self._stopped and not ours:
@@ -148,7 +150,8 @@ class Autosave:
     def pre_run_cell(self, info: Any) -> None:
         t0 = time.perf_counter()
         with self._lock:
-            self._in_cell = True
+            self._in_cell += 1
+            self._cells_started += 1
         forkwrite.thaw()  # the person's code never runs with the collector frozen
         self.cancel(for_cell=True)
         self._held(t0)
@@ -211,6 +214,7 @@ class Autosave:
                 return
             self._due = None
             cell = self._cell
+            self._round_cells = self._cells_started
             self._cancel.clear()
             self._phase = "writing"
             self._last_start = time.monotonic()
@@ -270,8 +274,10 @@ class Autosave:
                     _kill(pid)
 
         def may_fork() -> bool:  # holding self._lock, which the cells' hook takes too
-            if self._in_cell or self._cancel.is_set():
-                return False  # a cell started (or a stop came) since the round began
+            if self._cells_started != self._round_cells or self._cancel.is_set():
+                # a cell began since the round read its number (it may even have ended: its
+                # effects would be saved under the number before it), or a stop came
+                return False
             self._phase = "forking"  # a cell that starts now waits for the fork to end
             return True
 

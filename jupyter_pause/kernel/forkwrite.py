@@ -287,8 +287,12 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
     finally:
         os.close(up_r)
         os.close(down_w)
-        with contextlib.suppress(ChildProcessError):
-            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped yet
+        if hasattr(os, "waitid"):  # Linux; macOS has it from Python 3.13
+            with contextlib.suppress(ChildProcessError):
+                os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped yet
+        else:  # a kill in the instant between this reap and ended() could reach a reused pid
+            with contextlib.suppress(ChildProcessError):
+                status = os.waitpid(pid, 0)[1]
         ended()
         with contextlib.suppress(ChildProcessError):
             status = os.waitpid(pid, 0)[1]
@@ -297,7 +301,7 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
         return {"error": crashed(os.WTERMSIG(status))}
     if msg is None:  # killed: by the kernel (a foreground checkpoint, a stop) or from outside
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-        return {"cancelled": True, "signal": signal.Signals(sig).name if sig else None}
+        return {"cancelled": True, "signal": _signame(sig) if sig else None}
     if "error" in msg and msg.get("gave_back"):
         msg["error"] += crashed(None)  # it may come of the memory given back: not again
     if "done" in msg:
@@ -307,6 +311,13 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
         for digest, stamp in msg.get("good") or []:
             goodblobs.remember(store_url, digest, stamp)
     return msg
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:  # a real-time signal has no name
+        return f"signal {sig}"
 
 
 def _close(fds: tuple[int, ...]) -> None:
