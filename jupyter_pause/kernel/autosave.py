@@ -286,14 +286,10 @@ class Autosave:
                 self._child = None
 
         url = cp.open_store(self.store_url).url
-        try:
-            msg = forkwrite.write_in_child(
-                lambda guard, done_with: self._write(cell, guard, None, done_with), url,
-                ops._cache_for(self.store_url), may_publish=self._may_publish, started=started,
-                lock=self._lock, may_fork=may_fork, ended=ended)
-        finally:
-            with self._lock:
-                self._child = None
+        msg = forkwrite.write_in_child(
+            lambda guard, done_with: self._write(cell, guard, None, done_with), url,
+            ops._cache_for(self.store_url), may_publish=self._may_publish, started=started,
+            lock=self._lock, may_fork=may_fork, ended=ended)  # ended() forgets the child
         if msg.get("cancelled"):
             if msg.get("signal") and not self._cancel.is_set():
                 # killed from outside: most likely the OOM killer (the child is the biggest

@@ -397,17 +397,9 @@ def test_a_stop_while_a_fork_is_prepared_raises_nothing_into_the_forking_thread(
 
 
 def _children(k: Any) -> list[int]:
-    pid = k.km.provisioner.process.pid
-    out = []
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                stat = Path(f"/proc/{p}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(p))
-    return out
+    import psutil
+
+    return [c.pid for c in psutil.Process(k.km.provisioner.process.pid).children()]
 
 
 def test_a_writer_killed_from_outside_is_a_failure_not_a_cancel(kernel_factory: Any,
