@@ -250,7 +250,8 @@ class Autosave:
         self.stats["error"] = None
         self.stats["last"] = {**done, "cell": cell, "mode": self._mode_now, "at": time.time(),
                               "seconds": round(time.monotonic() - t0, 4)}
-        self._retain()
+        if self._mode_now != "fork":  # a forked writer retains in the child
+            self._retain()
 
     def _write(self, cell: int | None, guard: Any, progress: Any,
                done_with: Any = None) -> Any:
@@ -289,7 +290,8 @@ class Autosave:
         msg = forkwrite.write_in_child(
             lambda guard, done_with: self._write(cell, guard, None, done_with), url,
             ops._cache_for(self.store_url), may_publish=self._may_publish, started=started,
-            lock=self._lock, may_fork=may_fork, ended=ended)  # ended() forgets the child
+            lock=self._lock, may_fork=may_fork, ended=ended,  # ended() forgets the child
+            after=self._retain)
         if msg.get("cancelled"):
             if msg.get("signal") and not self._cancel.is_set():
                 # killed from outside: most likely the OOM killer (the child is the biggest

@@ -204,7 +204,8 @@ def _give_back(storages: list[Any]) -> int:
 def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url: str,
                    cache: Any, *, may_publish: Callable[[], bool],
                    started: Callable[[int], None], lock: Any,
-                   may_fork: Callable[[], bool], ended: Callable[[], None]) -> dict[str, Any]:
+                   may_fork: Callable[[], bool], ended: Callable[[], None],
+                   after: Callable[[], None] | None = None) -> dict[str, Any]:
     """Run ``write(publish_guard, done_with)`` in a forked child; wait for it (the caller is a
     thread). ``done_with``: the engine's hook for storages it will not read again (None when
     this kernel no longer gives memory back).
@@ -215,7 +216,10 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
     after the fork; a copy is never taken in the middle of a cell. The child never takes
     ``lock``. ``started(pid)`` comes after the fork, ``ended()`` once the child has ended but
     before it is reaped (its pid cannot be reused until then, so a kill sent before
-    ``ended()`` never reaches another process).
+    ``ended()`` never reaches another process). ``after()`` runs in the child once the result
+    is sent (the autosaves' retention: its reading of every manifest would otherwise hold the
+    kernel's interpreter lock while the person's next cell runs); the call returns when it
+    has ended, and its failure or a kill changes nothing of the result.
 
     Returns ``{"done": {...}}`` (the write's id and sizes; ``cache`` and the known-good blobs
     updated from the child), ``{"cancelled": True}`` (no fork, or the child was killed:
@@ -267,6 +271,9 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
                          "good": [(d, st) for d, st in _good(store_url).items()
                                   if before.get(d) != st]})
             code = 0
+            if after is not None:
+                with contextlib.suppress(Exception):  # a clean-up: the next round does it
+                    after()
         except BaseException as e:  # noqa: BLE001 - told to the parent, then exit
             with contextlib.suppress(BaseException):
                 _send(up_w, {"cancelled": True} if isinstance(e, KeyboardInterrupt)

@@ -33,7 +33,7 @@ def test_pause_anyway_dialog_cancel_then_pause_anyway(lab: LabServer, page) -> N
     button = pause_button(panel)
     button.click()
     dialog = page.locator(".jp-Dialog")
-    expect()(dialog).to_contain_text("Pause anyway?", timeout=60_000)
+    expect_dialog_or_say_why(page, lab, dialog)
     body = dialog.locator(".jp-PauseAnyway")
     expect()(body).to_contain_text("will be lost")
     expect()(body).to_contain_text(f"notes.ipynb ({ECHO})")
@@ -51,7 +51,7 @@ def test_pause_anyway_dialog_cancel_then_pause_anyway(lab: LabServer, page) -> N
 
     button.click()
     dialog = page.locator(".jp-Dialog")
-    expect()(dialog).to_contain_text("Pause anyway?", timeout=60_000)
+    expect_dialog_or_say_why(page, lab, dialog)
     dialog.locator(".jp-Dialog-button", has_text="Pause anyway").click()
     expect()(status).to_have_attribute("data-state", "paused", timeout=SLOW)
     st = lab.pause_status()
@@ -68,3 +68,17 @@ def test_pause_anyway_dialog_cancel_then_pause_anyway(lab: LabServer, page) -> N
     assert report["notes.ipynb"]["reason"].startswith("state not saved: "), report
     run_cell(page, panel, 1, "print(weights)")
     expect()(cell_output(panel, 1)).to_contain_text("[1.5, 2.5]", timeout=60_000)
+
+
+def expect_dialog_or_say_why(page, lab: LabServer, dialog) -> None:
+    """Wait for "Pause anyway?"; when it does not come, fail with what the page and the server
+    said instead (a notification, the button's tooltip, the state and the last report)."""
+    try:
+        expect()(dialog).to_contain_text("Pause anyway?", timeout=60_000)
+    except AssertionError as e:
+        toasts = page.locator(".Toastify__toast").all_inner_texts()
+        tooltip = page.locator(".jp-PauseButton jp-button").first.get_attribute("title")
+        st = lab.pause_status()
+        said = {k: st.get(k) for k in ("state", "flight", "reason", "last_report")}
+        raise AssertionError(f"no dialog; notifications {toasts}, button {tooltip!r}, "
+                             f"status {said}") from e

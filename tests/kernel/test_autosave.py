@@ -219,6 +219,36 @@ def test_autosaves_never_push_pause_checkpoints_out(kernel_factory: Any,
     assert kinds().count("checkpoint") == 1  # the %checkpoint survived five autosaves
 
 
+@pytest.mark.parametrize("mode", ["fork", "thread"])
+def test_retention_runs_in_the_forked_writer_not_in_the_kernel(kernel_factory: Any,
+                                                               where: dict[str, str],
+                                                               tmp_path: Path, mode: str) -> None:
+    """Retention reads every manifest of the store, holding the interpreter lock: in fork mode
+    it runs in the writer's child, so the person's next cell never waits on it, and it still
+    keeps only the newest few."""
+    k = kernel_factory(**{**where, "JUPYTER_PAUSE_AUTOSAVE": json.dumps({"mode": mode})})
+    k.ok("%load_ext jupyter_pause")
+    pids = tmp_path / "retained-by"
+    k.ok("import os, jupyter_pause.kernel.autosave as _a\n"
+         "_retain = _a.retain_autosaves\n"
+         "def _spy(*args, **kw):\n"
+         f"    with open({str(pids)!r}, 'a') as f: f.write(f'{{os.getpid()}}\\n')\n"
+         "    return _retain(*args, **kw)\n"
+         "_a.retain_autosaves = _spy")
+    kernel_pid = k.eval("os.getpid()")
+    for i in range(5):
+        autosave_of_cell(where, k.ok(f"v = {i}").reply["content"]["execution_count"])
+    wait_for("retention after the autosaves", lambda: pids.exists()
+             and len(pids.read_text().split()) >= 5, 30)
+    ran_in = {int(p) for p in pids.read_text().split()}
+    if mode == "fork":
+        assert kernel_pid not in ran_in and len(ran_in) >= 5, (kernel_pid, ran_in)
+    else:
+        assert ran_in == {kernel_pid}
+    kinds = [m.meta.get("kind") for m in autosaves(where)]
+    assert 1 <= len(kinds) <= 3, kinds  # Settings.keep, as before
+
+
 def test_restore_goes_back_to_the_checkpoint_not_to_the_autosave_since(
         kernel_factory: Any, where: dict[str, str]) -> None:
     """`%checkpoint`, a cell the person wants to undo, `%restore`: the checkpoint comes back,
