@@ -2,7 +2,13 @@
 
 A blob is removed only when no manifest file names it (authentic or not: a reference only ever
 keeps a blob) and it is older than every running write's lease, so a concurrent checkpoint never
-loses a blob it has written but not yet published.
+loses a blob it has written but not yet published. A write that reuses an existing blob (a
+claim) refreshes its time; locally the removal renames the blob aside and reads that time again
+before it deletes, so a claim that lands between the check and the removal keeps the blob (and
+one that lands after the rename finds it gone and writes it again). Object stores have no time to
+refresh, so there a write running beside a gc can claim a blob the gc then removes; that
+checkpoint's restore fails naming the missing blob (never a wrong value: every blob read is
+checked against its name), and the checkpoints before it are untouched.
 """
 
 from __future__ import annotations
@@ -78,8 +84,10 @@ def collect(
 
     Blobs younger than ``grace_s`` or than a running write's lease are kept.
     """
-    leases = active_leases(store)
+    # the time first: a write whose lease the listing misses began after it, so each blob it
+    # claims or writes is newer than the cutoff (Store stamps them with the exact time)
     cutoff = time.time() - grace_s
+    leases = active_leases(store)
     if leases:
         cutoff = min(cutoff, min(s for _, s in leases) - 5.0)
     refs = referenced(store)
@@ -91,16 +99,19 @@ def collect(
     for digest, path in found:
         if digest in refs:
             continue
-        m = store.mtime(path)
-        if m == 0.0 and not store.exists(path):
-            continue
-        if m > cutoff:
-            continue
-        size = store.size(path)
-        if not dry_run:
-            store.remove(path)
+        if dry_run:
+            m = store.mtime(path)
+            if m == 0.0 or m > cutoff:
+                continue
+            size: int | None = store.size(path)
+        else:
+            # a write that claims the blob meanwhile refreshes its time: checked again as it
+            # is removed (Store.collect_blob)
+            size = store.collect_blob(digest, cutoff)
+            if size is None:
+                continue
         removed.append(digest)
-        freed += size
+        freed += size or 0
     temps = 0
     if candidates is None:
         temps = _collect_temps(store, {i for i, _ in leases}, cutoff, dry_run)
@@ -115,6 +126,12 @@ def collect(
 
 def _collect_temps(store: Store, active: set[str], cutoff: float, dry_run: bool) -> int:
     temps = 0
+    # blobs a gc that died had renamed aside: back in place when nothing took their place (a
+    # claim may have kept them), and the next gc judges them as usual
+    for path, aside in store.set_aside_files():
+        if store.mtime(aside) < time.time() - MANIFEST_TEMP_AGE and not dry_run:
+            store.put_aside_back(path, aside)
+            temps += 1
     # manifest temp files of writers that died between write and rename
     for p in store.manifest_temps():
         if store.mtime(p) < time.time() - MANIFEST_TEMP_AGE:

@@ -64,6 +64,7 @@ DIGEST_RE = re.compile(r"[0-9a-f]{64}")  # blake3 hexdigest: the only valid blob
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # checkpoint ids (file names)
 MANIFEST_MAX = 256 << 20  # a planted multi-GB "manifest" is refused unread
 LEASE_SUFFIX = ".lease"
+GC_ASIDE = ".gc-"  # a blob renamed aside by a gc deciding whether to remove it
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
@@ -94,6 +95,14 @@ def blob_hasher() -> Any:
 
 def is_full(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in _FULL_ERRNOS
+
+
+def _touch(path: str) -> None:
+    """Set a blob's time to now, exactly: the kernel's file clock runs up to a tick behind
+    ``time.time()``, and a gc's cutoff (taken before it looks for writers) must come before
+    any claim or write it did not see."""
+    now = time.time_ns()
+    os.utime(path, ns=(now, now), follow_symlinks=False)
 
 
 @dataclass
@@ -219,6 +228,19 @@ class Store:
                 for sub in self._ls(self._join("blobs"))
                 for d in self._ls(self._join("blobs", sub))
                 if valid_digest(d) and d[:2] == sub]
+
+    def set_aside_files(self) -> list[tuple[str, str]]:
+        """(blob path, renamed path) of blobs a gc renamed aside and did not finish with (it
+        died in between; local stores only)."""
+        if not self.local:
+            return []
+        out = []
+        for sub in self._ls(self._join("blobs")):
+            for n in self._ls(self._join("blobs", sub)):
+                d, sep, tag = n.partition(GC_ASIDE)
+                if sep and valid_digest(d) and d[:2] == sub and re.fullmatch("[0-9a-f]{12}", tag):
+                    out.append((self._join("blobs", sub, d), self._join("blobs", sub, n)))
+        return out
 
     def temp_files(self) -> list[tuple[str, str]]:
         """(name, path) of the files in ``tmp/``: parts of running or dead writes, and leases
@@ -406,10 +428,62 @@ class Store:
         if size is not None and stamp[2 if self.local else 0] != size:
             return False
         if self.local:
-            with contextlib.suppress(OSError):
-                os.utime(self.blob_path(digest), follow_symlinks=False)
+            try:
+                _touch(self.blob_path(digest))
+            except OSError:  # gone since the stamp (a gc took it): this write writes it again
+                return False
             goodblobs.remember(self.url, digest, self.blob_stamp(digest))
         return True
+
+    def collect_blob(self, digest: str, cutoff: float) -> int | None:
+        """Remove an unreferenced blob last written (or claimed) at or before ``cutoff``;
+        its size, or None when it was spared or is gone.
+
+        Locally the blob is first renamed aside and its time read again from the renamed file:
+        a write that claimed it after the caller's checks refreshed that time (and one that
+        claims it after the rename finds it gone and writes it again), so a claim is never lost
+        between the check and the removal. It is renamed back when it was claimed. Object
+        stores cannot refresh a time without rewriting the object (see :mod:`.collect`)."""
+        path = self.blob_path(digest)
+        if not self.local:
+            m = self.mtime(path)
+            if m == 0.0 or m > cutoff:
+                return None
+            size = self.size(path)
+            self.delete_blob(digest)
+            return size
+        if not localfs.inside(self.root, path):
+            return None
+        aside = f"{path}{GC_ASIDE}{secrets.token_hex(6)}"
+        try:
+            os.rename(path, aside)
+        except OSError:  # gone already, or not ours to move
+            return None
+        try:
+            st = os.lstat(aside)
+        except OSError:
+            return None
+        if stat.S_ISREG(st.st_mode) and st.st_mtime <= cutoff:
+            goodblobs.forget(self.url, digest)
+            with contextlib.suppress(OSError):
+                os.unlink(aside)
+            return st.st_size
+        self.put_aside_back(path, aside)
+        return None
+
+    @staticmethod
+    def put_aside_back(path: str, aside: str) -> None:
+        """Undo a :meth:`collect_blob` rename; a copy written there since (the same bytes, by
+        content addressing) is kept and the renamed one dropped."""
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            log.warning("could not put blob %s back: %s", path, e)
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(aside)
 
     def put_blob(
         self,
@@ -456,6 +530,7 @@ class Store:
                 txn.dirs.add(os.path.dirname(d))
             existed = os.path.lexists(final)
             os.replace(tmp, final)
+            _touch(final)
             if not existed:
                 txn.created.add(digest)  # an abort removes only what this write added
             txn.dirs.add(d)
