@@ -15,6 +15,9 @@
   without fork: there ``pre_run_cell`` stops the write where it is (an exception raised in
   the thread) and a write is published only if no cell started meanwhile (checked under the
   lock right before its manifest is published), so a torn state is never published.
+- Silent executions and comm messages (widget callbacks) run the notebook's code without cell
+  hooks: ``pre/post_execute`` and the kernel's comm handlers count them, and no fork is taken
+  while one runs (a thread's write is not stopped by them: it is guarded by cells only).
 - Why not dirty tracking (Kishu, ElasticNotebook): it cannot see writes through views and C
   extensions, the silent-loss case the engine's content hashes exist for.
 - Either way the previous autosave stays readable until a new one is published whole, and
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import inspect
 import json
 import logging
 import os
@@ -115,6 +119,7 @@ class Autosave:
         self._cell: int | None = None        # execution count of the last finished cell
         self._phase = "idle"                 # idle | forking | writing | publishing
         self._in_cell = 0                    # cells running now (a cell may run another)
+        self._callbacks = 0                  # silent executions and comm messages running now
         self._cells_started = 0              # cells begun so far: a round forks only if none
         self._round_cells = 0                # ... began since the round read the cell's number
         self._last_start = 0.0
@@ -155,6 +160,29 @@ class Autosave:
         forkwrite.thaw()  # the person's code never runs with the collector frozen
         self.cancel(for_cell=True)
         self._held(t0)
+
+    # Silent executions (a front end's variable inspector, another client's code) and comm
+    # messages (widget callbacks) run the notebook's code without pre/post_run_cell. No fork
+    # copies the state in the middle of one; one that is due waits until they end. They
+    # neither schedule, postpone nor stop an autosave: a front end that polls several times a
+    # second would otherwise hold every autosave back.
+    def pre_execute(self) -> None:
+        if _silent_request(self.ip):
+            self.callback_started()
+
+    def post_execute(self) -> None:
+        if _silent_request(self.ip):
+            self.callback_ended()
+
+    def callback_started(self) -> None:
+        with self._lock:
+            self._callbacks += 1
+        forkwrite.thaw()  # the person's code never runs with the collector frozen
+
+    def callback_ended(self) -> None:
+        with self._lock:
+            self._callbacks = max(0, self._callbacks - 1)
+            self._wake.notify()
 
     def cancel(self, for_cell: bool = False) -> None:
         """Stop a write under way (unless it already passed the publish gate) and the one due.
@@ -207,6 +235,7 @@ class Autosave:
             self._phase = "idle"
             self._wake.notify_all()  # a foreground checkpoint waits for "idle"
             while not self._stopped and (self._due is None or self._in_cell or self._fg
+                                         or self._callbacks
                                          or time.monotonic() < self._due):
                 wait = None if self._due is None else max(0.0, self._due - time.monotonic())
                 self._wake.wait(wait)
@@ -278,6 +307,9 @@ class Autosave:
             if self._cells_started != self._round_cells or self._cancel.is_set():
                 # a cell began since the round read its number (it may even have ended: its
                 # effects would be saved under the number before it), or a stop came
+                return False
+            if self._callbacks:  # one runs now: the round comes again once it has ended
+                self._due = time.monotonic()
                 return False
             self._phase = "forking"  # a cell that starts now waits for the fork to end
             return True
@@ -394,6 +426,70 @@ class Autosave:
                 **self.stats}
 
 
+BRIDGE_CALL = "__import__('jupyter_pause.kernel.bridge'"  # how the server's calls begin
+
+
+def _silent_request(ip: Any) -> bool:
+    """Whether the shell runs a silent execute request now, other than the server's own calls
+    into this package (a status read, or a checkpoint that yields the autosave itself)."""
+    kernel = getattr(ip, "kernel", None)
+    try:
+        parent = kernel.get_parent("shell") if kernel is not None else None
+    except Exception:  # noqa: BLE001 - no kernel (a plain IPython shell): cells have hooks
+        return False
+    if not isinstance(parent, dict) or parent.get("header", {}).get("msg_type") != "execute_request":
+        return False
+    content = parent.get("content") or {}
+    code = content.get("code")
+    return bool(content.get("silent")) and not (isinstance(code, str)
+                                               and code.startswith(BRIDGE_CALL))
+
+
+COMM_MESSAGES = ("comm_open", "comm_msg", "comm_close")
+
+
+def _hook_comms(ip: Any, auto: Autosave) -> None:
+    """Count the kernel's comm handlers (widget callbacks) as callbacks (see pre_execute)."""
+    handlers = getattr(getattr(ip, "kernel", None), "shell_handlers", None)
+    if not isinstance(handlers, dict):
+        return
+    for name in COMM_MESSAGES:
+        real = handlers.get(name)
+        if real is None or getattr(real, "_jupyter_pause_real", None) is not None:
+            continue
+
+        def counted(*args: Any, _real: Any = real, **kw: Any) -> Any:
+            auto.callback_started()
+            try:
+                out = _real(*args, **kw)
+            except BaseException:
+                auto.callback_ended()
+                raise
+            if not inspect.isawaitable(out):
+                auto.callback_ended()
+                return out
+
+            async def finish() -> Any:
+                try:
+                    return await out
+                finally:
+                    auto.callback_ended()
+            return finish()
+
+        counted._jupyter_pause_real = real  # type: ignore[attr-defined]
+        handlers[name] = counted
+
+
+def _unhook_comms(ip: Any) -> None:
+    handlers = getattr(getattr(ip, "kernel", None), "shell_handlers", None)
+    if not isinstance(handlers, dict):
+        return
+    for name in COMM_MESSAGES:
+        real = getattr(handlers.get(name), "_jupyter_pause_real", None)
+        if real is not None:
+            handlers[name] = real
+
+
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
@@ -423,18 +519,25 @@ def install(ip: Any, settings: Settings | None = None, **where: Any) -> Autosave
         return auto
     auto = Autosave(ip, settings or Settings(), **where)
     ip._jupyter_pause_autosave = auto
-    ip.events.register("pre_run_cell", auto.pre_run_cell)
-    ip.events.register("post_run_cell", auto.post_run_cell)
+    for event, cb in _hooks(auto):
+        ip.events.register(event, cb)
+    _hook_comms(ip, auto)
     return auto
+
+
+def _hooks(auto: Autosave) -> tuple[tuple[str, Any], ...]:
+    return (("pre_run_cell", auto.pre_run_cell), ("post_run_cell", auto.post_run_cell),
+            ("pre_execute", auto.pre_execute), ("post_execute", auto.post_execute))
 
 
 def uninstall(ip: Any) -> None:
     auto = get(ip)
     if auto is None:
         return
-    for event, cb in (("pre_run_cell", auto.pre_run_cell), ("post_run_cell", auto.post_run_cell)):
+    for event, cb in _hooks(auto):
         with contextlib.suppress(ValueError):
             ip.events.unregister(event, cb)
+    _unhook_comms(ip)
     auto.stop()
     del ip._jupyter_pause_autosave
 

@@ -249,6 +249,59 @@ def test_retention_runs_in_the_forked_writer_not_in_the_kernel(kernel_factory: A
     assert 1 <= len(kinds) <= 3, kinds  # Settings.keep, as before
 
 
+# Two steps of state, held apart until a file appears: a test releases it.
+STEPS = """
+import pathlib, time
+def _step(*_):
+    global a, b
+    a = 1
+    pathlib.Path({half!r}).write_text("half")
+    end = time.monotonic() + 60
+    while not pathlib.Path({go!r}).exists() and time.monotonic() < end:
+        time.sleep(0.01)
+    b = 1
+"""
+COMM_TARGET = """
+def _target(comm, _open):
+    comm.on_msg(_step)
+get_ipython().kernel.comm_manager.register_target("jupyter-pause-test", _target)
+"""
+
+
+@pytest.mark.parametrize("via", ["silent-execute", "comm-message"])
+def test_a_silent_execution_or_a_widget_callback_is_never_copied_half_run(
+        kernel_factory: Any, where: dict[str, str], tmp_path: Path, via: str) -> None:
+    """A front end's silent execution and a comm message (a widget's callback) run the
+    notebook's code without cell hooks: the autosave due since the last cell waits until they
+    end, and saves the state after them, never one in the middle."""
+    k = kernel_factory(**{**where, "JUPYTER_PAUSE_AUTOSAVE": json.dumps({"mode": "fork"})})
+    k.ok("%load_ext jupyter_pause")
+    half, go = tmp_path / "half", tmp_path / "go"
+    k.ok(STEPS.format(half=str(half), go=str(go)) + (COMM_TARGET if via == "comm-message"
+                                                      else ""))
+    cell = k.ok("a = b = 0").reply["content"]["execution_count"]  # an autosave is now due
+    if via == "silent-execute":
+        k.kc.execute("_step()", silent=True, store_history=False)
+    else:
+        session, shell = k.kc.session, k.kc.shell_channel
+        shell.send(session.msg("comm_open", {"comm_id": "c1", "target_name":
+                                             "jupyter-pause-test", "data": {}}))
+        shell.send(session.msg("comm_msg", {"comm_id": "c1", "data": {"value": 1}}))
+    wait_for("the callback's first step", half.exists, 60)
+    # Hold it long enough for the due autosave to run (it is due 0.25 s after the cell); it
+    # must not: one that did would hold a = 1, b = 0, a state no cell ever left.
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline and not any(m.meta.get("cell") == cell
+                                                  for m in autosaves(where)):
+        time.sleep(0.05)
+    go.write_text("go")
+    m = autosave_of_cell(where, cell)
+    fresh = kernel_factory(**where)
+    fresh.ok("%load_ext jupyter_pause")
+    fresh.ok(f"%restore --id {m.id}")
+    assert fresh.eval("(a, b)") == (1, 1)
+
+
 def test_restore_goes_back_to_the_checkpoint_not_to_the_autosave_since(
         kernel_factory: Any, where: dict[str, str]) -> None:
     """`%checkpoint`, a cell the person wants to undo, `%restore`: the checkpoint comes back,
