@@ -204,7 +204,9 @@ class PauseApp(cc.ValidatedConfig, ExtensionApp):
         """``autosave`` as the kernels' settings (see ``kernel.autosave.Settings``): the
         workload profile's (``policy.profiles``), then this trait's own keys."""
         value = self.autosave
-        if value is False:
+        if value is False or self.config_error:
+            # an invalid configuration rolled the store back to the default one: nothing is
+            # written there behind the person's back (pause and resume are refused alike)
             return {"enabled": False}
         if self._profile_autosave is None:
             self._profile_autosave = self._autosave_of_profile()

@@ -73,6 +73,11 @@ async def test_config_error_refuses_pause_instead_of_using_the_default_store(
     assert "store_url" in e.value.response.body.decode()
     assert (await ws.status())["state"] == "running"
     assert (await ws.run(kid, "print(v + 1)")).strip() == "42"
+    # No autosave either: it would write to the default store the roll-back left.
+    assert ws.lifecycle.app.autosave_settings() == {"enabled": False}
+    on = await ws.run(kid, "import jupyter_pause.kernel.autosave as _a\n"
+                           "_s = _a.get(get_ipython())\nprint(bool(_s and _s.settings.enabled))")
+    assert on.strip() == "False", on
     default_store = Path(default_store_url())
     assert not default_store.exists() or list(default_store.rglob("*")) == []
     # traitlets rolled the whole section back: the journal still goes to a real state dir
