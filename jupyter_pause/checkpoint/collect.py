@@ -128,10 +128,10 @@ def _collect_temps(store: Store, active: set[str], cutoff: float, dry_run: bool)
     temps = 0
     # blobs a gc that died had renamed aside: back in place when nothing took their place (a
     # claim may have kept them), and the next gc judges them as usual
-    for path, aside in store.set_aside_files():
-        if store.mtime(aside) < time.time() - MANIFEST_TEMP_AGE and not dry_run:
+    for path, aside in store.set_aside_files(time.time() - MANIFEST_TEMP_AGE):
+        if not dry_run:
             store.put_aside_back(path, aside)
-            temps += 1
+        temps += 1
     # manifest temp files of writers that died between write and rename
     for p in store.manifest_temps():
         if store.mtime(p) < time.time() - MANIFEST_TEMP_AGE:

@@ -229,17 +229,26 @@ class Store:
                 for d in self._ls(self._join("blobs", sub))
                 if valid_digest(d) and d[:2] == sub]
 
-    def set_aside_files(self) -> list[tuple[str, str]]:
-        """(blob path, renamed path) of blobs a gc renamed aside and did not finish with (it
-        died in between; local stores only)."""
+    def set_aside_files(self, before: float) -> list[tuple[str, str]]:
+        """(blob path, renamed path) of blobs a gc renamed aside before ``before`` and did not
+        finish with (it died in between; local stores only). The rename set the time of the
+        file's last change (ctime), which nothing else changes there."""
         if not self.local:
             return []
         out = []
         for sub in self._ls(self._join("blobs")):
             for n in self._ls(self._join("blobs", sub)):
                 d, sep, tag = n.partition(GC_ASIDE)
-                if sep and valid_digest(d) and d[:2] == sub and re.fullmatch("[0-9a-f]{12}", tag):
-                    out.append((self._join("blobs", sub, d), self._join("blobs", sub, n)))
+                if not (sep and valid_digest(d) and d[:2] == sub
+                        and re.fullmatch("[0-9a-f]{12}", tag)):
+                    continue
+                aside = self._join("blobs", sub, n)
+                try:
+                    st = os.lstat(aside)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_ctime < before:
+                    out.append((self._join("blobs", sub, d), aside))
         return out
 
     def temp_files(self) -> list[tuple[str, str]]:
@@ -454,6 +463,12 @@ class Store:
             return size
         if not localfs.inside(self.root, path):
             return None
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode) or st.st_mtime > cutoff:
+            return None  # only a plain file older than the cutoff is ever moved
         aside = f"{path}{GC_ASIDE}{secrets.token_hex(6)}"
         try:
             os.rename(path, aside)
@@ -476,12 +491,19 @@ class Store:
         """Undo a :meth:`collect_blob` rename; a copy written there since (the same bytes, by
         content addressing) is kept and the renamed one dropped."""
         try:
-            os.link(aside, path)
+            os.link(aside, path, follow_symlinks=False)
         except FileExistsError:
             pass
-        except OSError as e:
-            log.warning("could not put blob %s back: %s", path, e)
-            return
+        except OSError:
+            # no hard links on this file system (some FUSE and SMB mounts): renamed, unless
+            # written again meanwhile
+            try:
+                if not os.path.lexists(path):
+                    os.rename(aside, path)
+                    return
+            except OSError as e:
+                log.warning("could not put blob %s back: %s", path, e)
+                return
         with contextlib.suppress(OSError):
             os.unlink(aside)
 
@@ -529,8 +551,8 @@ class Store:
             if new_dir:
                 txn.dirs.add(os.path.dirname(d))
             existed = os.path.lexists(final)
+            _touch(tmp)  # before the rename (which keeps it): a gc may move ``final`` at once
             os.replace(tmp, final)
-            _touch(final)
             if not existed:
                 txn.created.add(digest)  # an abort removes only what this write added
             txn.dirs.add(d)

@@ -16,8 +16,8 @@
   the thread) and a write is published only if no cell started meanwhile (checked under the
   lock right before its manifest is published), so a torn state is never published.
 - Silent executions and comm messages (widget callbacks) run the notebook's code without cell
-  hooks: ``pre/post_execute`` and the kernel's comm handlers count them, and no fork is taken
-  while one runs (a thread's write is not stopped by them: it is guarded by cells only).
+  hooks: the kernel's handlers of those requests count them, and no fork is taken while one
+  runs (a thread's write is not stopped by them: it is guarded by cells only).
 - Why not dirty tracking (Kishu, ElasticNotebook): it cannot see writes through views and C
   extensions, the silent-loss case the engine's content hashes exist for.
 - Either way the previous autosave stays readable until a new one is published whole, and
@@ -117,7 +117,7 @@ class Autosave:
         self._fork_s = 0.0                   # how long a fork of this kernel takes (recent)
         self._due: float | None = None       # monotonic time a write may start
         self._cell: int | None = None        # execution count of the last finished cell
-        self._phase = "idle"                 # idle | forking | writing | publishing
+        self._phase = "idle"                 # idle | forking | writing | publishing | retaining
         self._in_cell = 0                    # cells running now (a cell may run another)
         self._callbacks = 0                  # silent executions and comm messages running now
         self._cells_started = 0              # cells begun so far: a round forks only if none
@@ -166,14 +166,6 @@ class Autosave:
     # copies the state in the middle of one; one that is due waits until they end. They
     # neither schedule, postpone nor stop an autosave: a front end that polls several times a
     # second would otherwise hold every autosave back.
-    def pre_execute(self) -> None:
-        if _silent_request(self.ip):
-            self.callback_started()
-
-    def post_execute(self) -> None:
-        if _silent_request(self.ip):
-            self.callback_ended()
-
     def callback_started(self) -> None:
         with self._lock:
             self._callbacks += 1
@@ -182,7 +174,7 @@ class Autosave:
     def callback_ended(self) -> None:
         with self._lock:
             self._callbacks = max(0, self._callbacks - 1)
-            self._wake.notify()
+            self._wake.notify_all()
 
     def cancel(self, for_cell: bool = False) -> None:
         """Stop a write under way (unless it already passed the publish gate) and the one due.
@@ -192,7 +184,7 @@ class Autosave:
         the writer thread at its next bytecode), not at the end of the variable it pickles."""
         with self._lock:
             self._due = None
-            if self._phase not in ("forking", "writing") or self._cancel.is_set():
+            if self._phase not in ("forking", "writing", "retaining") or self._cancel.is_set():
                 return
             if for_cell and self._mode_now == "fork":
                 return
@@ -237,8 +229,12 @@ class Autosave:
             while not self._stopped and (self._due is None or self._in_cell or self._fg
                                          or self._callbacks
                                          or time.monotonic() < self._due):
-                wait = None if self._due is None else max(0.0, self._due - time.monotonic())
-                self._wake.wait(wait)
+                # what ends a cell, a foreground write or a callback notifies: no timed wait
+                # for them (it would spin once the due time has passed)
+                due = self._due
+                held = due is None or self._in_cell or self._fg or self._callbacks
+                self._wake.wait(None if held or due is None
+                                else max(0.0, due - time.monotonic()))
             if self._stopped:
                 return
             self._due = None
@@ -318,12 +314,16 @@ class Autosave:
             with self._lock:
                 self._child = None
 
+        def settled() -> None:  # published: the child only runs retention, which may stop
+            with self._lock:
+                self._phase = "retaining"
+
         url = cp.open_store(self.store_url).url
         msg = forkwrite.write_in_child(
             lambda guard, done_with: self._write(cell, guard, None, done_with), url,
             ops._cache_for(self.store_url), may_publish=self._may_publish, started=started,
             lock=self._lock, may_fork=may_fork, ended=ended,  # ended() forgets the child
-            after=self._retain)
+            after=self._retain, settled=settled)
         if msg.get("cancelled"):
             if msg.get("signal") and not self._cancel.is_set():
                 # killed from outside: most likely the OOM killer (the child is the biggest
@@ -429,36 +429,37 @@ class Autosave:
 BRIDGE_CALL = "__import__('jupyter_pause.kernel.bridge'"  # how the server's calls begin
 
 
-def _silent_request(ip: Any) -> bool:
-    """Whether the shell runs a silent execute request now, other than the server's own calls
-    into this package (a status read, or a checkpoint that yields the autosave itself)."""
-    kernel = getattr(ip, "kernel", None)
-    try:
-        parent = kernel.get_parent("shell") if kernel is not None else None
-    except Exception:  # noqa: BLE001 - no kernel (a plain IPython shell): cells have hooks
-        return False
-    if not isinstance(parent, dict) or parent.get("header", {}).get("msg_type") != "execute_request":
-        return False
-    content = parent.get("content") or {}
+def _is_callback(msg_type: str, msg: Any) -> bool:
+    """Whether a shell request runs the notebook's code outside a cell: a comm message, or a
+    silent execution other than the server's own calls into this package (a status read, a
+    checkpoint that yields the autosave itself)."""
+    if msg_type != "execute_request":
+        return True
+    content = msg.get("content") if isinstance(msg, dict) else None
+    if not isinstance(content, dict) or not content.get("silent"):
+        return False  # a cell: its hooks count it
     code = content.get("code")
-    return bool(content.get("silent")) and not (isinstance(code, str)
-                                               and code.startswith(BRIDGE_CALL))
+    return not (isinstance(code, str) and code.startswith(BRIDGE_CALL))
 
 
-COMM_MESSAGES = ("comm_open", "comm_msg", "comm_close")
+COUNTED = ("execute_request", "comm_open", "comm_msg", "comm_close")
 
 
-def _hook_comms(ip: Any, auto: Autosave) -> None:
-    """Count the kernel's comm handlers (widget callbacks) as callbacks (see pre_execute)."""
+def _hook_handlers(ip: Any, auto: Autosave) -> None:
+    """Count the kernel's silent executions and comm handlers (widget callbacks) as callbacks
+    (see callback_started), around the handler itself: whatever happens inside, the count
+    comes back down."""
     handlers = getattr(getattr(ip, "kernel", None), "shell_handlers", None)
     if not isinstance(handlers, dict):
-        return
-    for name in COMM_MESSAGES:
+        return  # a plain IPython shell: no such requests
+    for name in COUNTED:
         real = handlers.get(name)
         if real is None or getattr(real, "_jupyter_pause_real", None) is not None:
             continue
 
-        def counted(*args: Any, _real: Any = real, **kw: Any) -> Any:
+        def counted(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+            if not _is_callback(_name, args[-1] if args else None):
+                return _real(*args, **kw)
             auto.callback_started()
             try:
                 out = _real(*args, **kw)
@@ -480,11 +481,11 @@ def _hook_comms(ip: Any, auto: Autosave) -> None:
         handlers[name] = counted
 
 
-def _unhook_comms(ip: Any) -> None:
+def _unhook_handlers(ip: Any) -> None:
     handlers = getattr(getattr(ip, "kernel", None), "shell_handlers", None)
     if not isinstance(handlers, dict):
         return
-    for name in COMM_MESSAGES:
+    for name in COUNTED:
         real = getattr(handlers.get(name), "_jupyter_pause_real", None)
         if real is not None:
             handlers[name] = real
@@ -521,13 +522,12 @@ def install(ip: Any, settings: Settings | None = None, **where: Any) -> Autosave
     ip._jupyter_pause_autosave = auto
     for event, cb in _hooks(auto):
         ip.events.register(event, cb)
-    _hook_comms(ip, auto)
+    _hook_handlers(ip, auto)
     return auto
 
 
 def _hooks(auto: Autosave) -> tuple[tuple[str, Any], ...]:
-    return (("pre_run_cell", auto.pre_run_cell), ("post_run_cell", auto.post_run_cell),
-            ("pre_execute", auto.pre_execute), ("post_execute", auto.post_execute))
+    return (("pre_run_cell", auto.pre_run_cell), ("post_run_cell", auto.post_run_cell))
 
 
 def uninstall(ip: Any) -> None:
@@ -537,7 +537,7 @@ def uninstall(ip: Any) -> None:
     for event, cb in _hooks(auto):
         with contextlib.suppress(ValueError):
             ip.events.unregister(event, cb)
-    _unhook_comms(ip)
+    _unhook_handlers(ip)
     auto.stop()
     del ip._jupyter_pause_autosave
 

@@ -205,7 +205,8 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
                    cache: Any, *, may_publish: Callable[[], bool],
                    started: Callable[[int], None], lock: Any,
                    may_fork: Callable[[], bool], ended: Callable[[], None],
-                   after: Callable[[], None] | None = None) -> dict[str, Any]:
+                   after: Callable[[], None] | None = None,
+                   settled: Callable[[], None] | None = None) -> dict[str, Any]:
     """Run ``write(publish_guard, done_with)`` in a forked child; wait for it (the caller is a
     thread). ``done_with``: the engine's hook for storages it will not read again (None when
     this kernel no longer gives memory back).
@@ -218,8 +219,10 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
     before it is reaped (its pid cannot be reused until then, so a kill sent before
     ``ended()`` never reaches another process). ``after()`` runs in the child once the result
     is sent (the autosaves' retention: its reading of every manifest would otherwise hold the
-    kernel's interpreter lock while the person's next cell runs); the call returns when it
-    has ended, and its failure or a kill changes nothing of the result.
+    kernel's interpreter lock while the person's next cell runs); ``settled()`` comes when the
+    parent has the result, from then on the child may be killed (it only runs ``after``); the
+    call returns when the child has ended, and a failure or a kill of ``after`` changes
+    nothing of the result.
 
     Returns ``{"done": {...}}`` (the write's id and sizes; ``cache`` and the known-good blobs
     updated from the child), ``{"cancelled": True}`` (no fork, or the child was killed:
@@ -291,6 +294,8 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
             with contextlib.suppress(OSError):
                 os.write(down_w, b"go" if ok else b"no")
             msg = _recv(up_r)
+        if msg is not None and "done" in msg and settled is not None:
+            settled()
     finally:
         os.close(up_r)
         os.close(down_w)

@@ -22,6 +22,7 @@ from jupyter_pause.checkpoint.manifest import blob_names
 from jupyter_pause.checkpoint.store import GC_ASIDE, Store
 
 HOUR = 3600.0
+NOW = time.time()
 
 
 def _orphan(store: Store, key: bytes, tmp_path: Path) -> tuple[np.ndarray, str, Any]:
@@ -93,7 +94,7 @@ def test_a_claim_just_after_the_gc_moved_the_blob_writes_it_again(store, key, mo
     assert np.array_equal(read(store, key=key).values["x"], x)
 
 
-def test_a_blob_a_dead_gc_left_set_aside_is_put_back(store, key):
+def test_a_blob_a_dead_gc_left_set_aside_is_put_back(store, key, monkeypatch):
     """A gc killed between its rename and its decision: a later gc puts the blob back (a
     claim may have counted on it) and judges it as usual."""
     x = np.arange(100_000, dtype=np.float64)
@@ -103,19 +104,20 @@ def test_a_blob_a_dead_gc_left_set_aside_is_put_back(store, key):
     path = Path(store.blob_path(digests[0]))
     aside = path.with_name(f"{path.name}{GC_ASIDE}0123456789ab")
     os.rename(path, aside)
-    old = time.time() - HOUR
-    os.utime(aside, (old, old))
+    # A recent one belongs to a gc still deciding (its rename is the file's last change):
+    # left alone, and the checkpoint cannot be read meanwhile.
+    gc(store)
+    assert aside.exists() and not path.exists()
+    # Ten minutes later it is put back (a claim may count on it: nothing names it here).
+    monkeypatch.setattr(time, "time", lambda: NOW + HOUR)
     gc(store)
     assert path.is_file() and not aside.exists()
     assert np.array_equal(read(store, key=key).values["x"], x)
     # One set aside while the blob was written again meanwhile: the copy in place stays.
+    monkeypatch.undo()
     os.link(path, aside)
-    os.utime(aside, (old, old))
     inode = path.stat().st_ino
+    monkeypatch.setattr(time, "time", lambda: NOW + HOUR)
     gc(store)
+    monkeypatch.undo()
     assert not aside.exists() and path.stat().st_ino == inode
-    # A recent one belongs to a gc still deciding: left alone.
-    os.link(path, aside)
-    os.utime(aside)
-    gc(store)
-    assert aside.exists()

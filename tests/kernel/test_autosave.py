@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from jupyter_pause.checkpoint import open_keyed_store
@@ -290,11 +291,16 @@ def test_a_silent_execution_or_a_widget_callback_is_never_copied_half_run(
     wait_for("the callback's first step", half.exists, 60)
     # Hold it long enough for the due autosave to run (it is due 0.25 s after the cell); it
     # must not: one that did would hold a = 1, b = 0, a state no cell ever left.
-    deadline = time.monotonic() + 3.0
-    while time.monotonic() < deadline and not any(m.meta.get("cell") == cell
+    kernel = psutil.Process(k.km.provisioner.process.pid)
+    cpu0, t0 = sum(kernel.cpu_times()[:2]), time.monotonic()
+    while time.monotonic() < t0 + 3.0 and not any(m.meta.get("cell") == cell
                                                   for m in autosaves(where)):
         time.sleep(0.05)
+    cpu = sum(kernel.cpu_times()[:2]) - cpu0
     go.write_text("go")
+    # The writer waits for the callback to end without spinning (the callback polls a file
+    # every 10 ms: a few tens of ms in 3 s; a spinning thread takes a core).
+    assert cpu < 0.6, f"the kernel used {cpu:.2f} s of CPU in 3 s while a callback ran"
     m = autosave_of_cell(where, cell)
     fresh = kernel_factory(**where)
     fresh.ok("%load_ext jupyter_pause")
@@ -480,8 +486,6 @@ def test_a_stop_while_a_fork_is_prepared_raises_nothing_into_the_forking_thread(
 
 
 def _children(k: Any) -> list[int]:
-    import psutil
-
     return [c.pid for c in psutil.Process(k.km.provisioner.process.pid).children()]
 
 
