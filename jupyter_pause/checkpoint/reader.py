@@ -61,7 +61,14 @@ class _Verifier:
                 stamp = self.store.blob_stamp(digest)  # before the bytes: a later rewrite differs
                 keep, n = self._read_remote(digest, path, size, h)
             else:
-                keep, n, stamp = self._read_local(digest, path, size, h)
+                try:
+                    keep, n, stamp = self._read_local(digest, path, size, h)
+                except FileNotFoundError:
+                    # a gc killed while it had the blob renamed aside: back, and read once more
+                    if not self.store.recover_set_aside(digest):
+                        raise
+                    h = blob_hasher()
+                    keep, n, stamp = self._read_local(digest, path, size, h)
         except FileNotFoundError:
             raise self._bad(digest, "is missing from the store") from None
         except OSError as e:

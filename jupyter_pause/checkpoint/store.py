@@ -476,15 +476,37 @@ class Store:
             return None
         try:
             st = os.lstat(aside)
-        except OSError:
-            return None
-        if stat.S_ISREG(st.st_mode) and st.st_mtime <= cutoff:
-            goodblobs.forget(self.url, digest)
-            with contextlib.suppress(OSError):
+            if stat.S_ISREG(st.st_mode) and st.st_mtime <= cutoff:
+                goodblobs.forget(self.url, digest)
                 os.unlink(aside)
-            return st.st_size
+                return st.st_size
+        except OSError:
+            pass
+        except BaseException:  # interrupted (a stop): a claim may count on it
+            self.put_aside_back(path, aside)
+            raise
         self.put_aside_back(path, aside)
         return None
+
+    def recover_set_aside(self, digest: str) -> bool:
+        """Put back a blob a gc renamed aside and never finished with (it was killed between
+        the rename and its decision); True if one was. Only ever keeps a blob: a reader that
+        finds a blob missing tries this once."""
+        if not self.local:
+            return False
+        path = self.blob_path(digest)
+        if not localfs.inside(self.root, path):
+            return False
+        folder = os.path.dirname(path)
+        for n in self._ls(folder):
+            d, sep, tag = n.partition(GC_ASIDE)
+            if sep and d == digest and re.fullmatch("[0-9a-f]{12}", tag):
+                aside = os.path.join(folder, n)
+                with contextlib.suppress(OSError):
+                    if stat.S_ISREG(os.lstat(aside).st_mode):
+                        self.put_aside_back(path, aside)
+                        return os.path.isfile(path)
+        return False
 
     @staticmethod
     def put_aside_back(path: str, aside: str) -> None:

@@ -120,6 +120,7 @@ class Autosave:
         self._phase = "idle"                 # idle | forking | writing | publishing | retaining
         self._in_cell = 0                    # cells running now (a cell may run another)
         self._callbacks = 0                  # silent executions and comm messages running now
+        self.wrapped: dict[str, tuple[Any, Any]] = {}  # kernel handler -> (its own, ours)
         self._cells_started = 0              # cells begun so far: a round forks only if none
         self._round_cells = 0                # ... began since the round read the cell's number
         self._last_start = 0.0
@@ -317,6 +318,8 @@ class Autosave:
         def settled() -> None:  # published: the child only runs retention, which may stop
             with self._lock:
                 self._phase = "retaining"
+                if (self._fg or self._stopped) and self._child is not None:
+                    _kill(self._child)  # a pause or stop that came while it published
 
         url = cp.open_store(self.store_url).url
         msg = forkwrite.write_in_child(
@@ -454,41 +457,54 @@ def _hook_handlers(ip: Any, auto: Autosave) -> None:
         return  # a plain IPython shell: no such requests
     for name in COUNTED:
         real = handlers.get(name)
-        if real is None or getattr(real, "_jupyter_pause_real", None) is not None:
+        if real is None or name in auto.wrapped:
             continue
-
-        def counted(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
-            if not _is_callback(_name, args[-1] if args else None):
-                return _real(*args, **kw)
-            auto.callback_started()
-            try:
-                out = _real(*args, **kw)
-            except BaseException:
-                auto.callback_ended()
-                raise
-            if not inspect.isawaitable(out):
-                auto.callback_ended()
-                return out
-
-            async def finish() -> Any:
+        counted: Any
+        if inspect.iscoroutinefunction(real):  # ipykernel's execute_request
+            async def counted(*args: Any, _real: Any = real, _name: str = name,
+                              **kw: Any) -> Any:
+                if not _is_callback(_name, args[-1] if args else None):
+                    return await _real(*args, **kw)
+                auto.callback_started()  # here, so a coroutine never awaited counts nothing
                 try:
-                    return await out
+                    return await _real(*args, **kw)
                 finally:
                     auto.callback_ended()
-            return finish()
+        else:
+            def counted(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+                if not _is_callback(_name, args[-1] if args else None):
+                    return _real(*args, **kw)
+                auto.callback_started()
+                try:
+                    out = _real(*args, **kw)
+                except BaseException:
+                    auto.callback_ended()
+                    raise
+                if not inspect.isawaitable(out):
+                    auto.callback_ended()
+                    return out
 
-        counted._jupyter_pause_real = real  # type: ignore[attr-defined]
+                async def finish() -> Any:
+                    try:
+                        return await out
+                    finally:
+                        auto.callback_ended()
+                return finish()
+
+        auto.wrapped[name] = (real, counted)
         handlers[name] = counted
 
 
-def _unhook_handlers(ip: Any) -> None:
+def _unhook_handlers(ip: Any, auto: Autosave) -> None:
+    """Put the kernel's own handlers back, unless something wrapped ours since (then ours
+    stays, and counts for a stopped autosave: harmless)."""
     handlers = getattr(getattr(ip, "kernel", None), "shell_handlers", None)
     if not isinstance(handlers, dict):
         return
-    for name in COUNTED:
-        real = getattr(handlers.get(name), "_jupyter_pause_real", None)
-        if real is not None:
+    for name, (real, counted) in list(auto.wrapped.items()):
+        if handlers.get(name) is counted:
             handlers[name] = real
+    auto.wrapped.clear()
 
 
 def _kill(pid: int) -> None:
@@ -537,7 +553,7 @@ def uninstall(ip: Any) -> None:
     for event, cb in _hooks(auto):
         with contextlib.suppress(ValueError):
             ip.events.unregister(event, cb)
-    _unhook_handlers(ip)
+    _unhook_handlers(ip, auto)
     auto.stop()
     del ip._jupyter_pause_autosave
 
