@@ -65,6 +65,7 @@ ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # checkpoint ids (file 
 MANIFEST_MAX = 256 << 20  # a planted multi-GB "manifest" is refused unread
 LEASE_SUFFIX = ".lease"
 GC_ASIDE = ".gc-"  # a blob renamed aside by a gc deciding whether to remove it
+COARSE_TIME_S = 2.0  # the coarsest file time kept (FAT: 2 s)
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
@@ -467,6 +468,10 @@ class Store:
             st = os.lstat(path)
         except OSError:
             return None
+        if st.st_mtime_ns % 1_000_000_000 == 0:
+            # a file system that keeps whole seconds (FAT, HFS+, some FUSE mounts) truncated
+            # the exact time a claim set: it may lie up to 2 s before the claim
+            cutoff -= COARSE_TIME_S
         if not stat.S_ISREG(st.st_mode) or st.st_mtime > cutoff:
             return None  # only a plain file older than the cutoff is ever moved
         aside = f"{path}{GC_ASIDE}{secrets.token_hex(6)}"

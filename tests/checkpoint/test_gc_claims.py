@@ -125,3 +125,18 @@ def test_a_blob_a_dead_gc_left_set_aside_is_put_back(store, key, monkeypatch):
     gc(store)
     monkeypatch.undo()
     assert not aside.exists() and path.stat().st_ino == inode
+
+
+def test_on_a_file_system_of_whole_seconds_a_claim_in_the_cutoffs_second_is_kept(store, key,
+                                                                                tmp_path):
+    """FAT, HFS+ and some FUSE mounts keep whole (or even) seconds: a claim just after the
+    gc's cutoff is stored up to 2 s before it. A time of whole seconds is judged 2 s earlier."""
+    _, digest, _ = _orphan(store, key, tmp_path)
+    path = store.blob_path(digest)
+    cutoff = float(int(time.time())) + 0.7
+    stored = int(cutoff) * 1_000_000_000  # a claim at cutoff + 0.1 s, truncated to the second
+    os.utime(path, ns=(stored, stored))
+    assert store.collect_blob(digest, cutoff) is None and os.path.isfile(path)
+    # the same time with its nanoseconds kept (a file system that keeps them): it is old
+    os.utime(path, ns=(stored + 1, stored + 1))
+    assert store.collect_blob(digest, cutoff) is not None and not os.path.exists(path)
