@@ -100,8 +100,8 @@ def collect(
         if digest in refs:
             continue
         if dry_run:
-            m = store.mtime(path)
-            if m == 0.0 or m > cutoff:
+            m = store.mtime(path)  # 0.0: unknown (a store that keeps none), or gone
+            if m > cutoff or (m == 0.0 and not store.exists(path)):
                 continue
             size: int | None = store.size(path)
         else:

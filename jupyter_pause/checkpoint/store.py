@@ -456,8 +456,8 @@ class Store:
         stores cannot refresh a time without rewriting the object (see :mod:`.collect`)."""
         path = self.blob_path(digest)
         if not self.local:
-            m = self.mtime(path)
-            if m == 0.0 or m > cutoff:
+            m = self.mtime(path)  # 0.0: unknown (a store that keeps none), or gone
+            if m > cutoff or (m == 0.0 and not self.exists(path)):
                 return None
             size = self.size(path)
             self.delete_blob(digest)
