@@ -98,6 +98,13 @@ def is_full(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in _FULL_ERRNOS
 
 
+def set_aside_digest(name: str) -> str | None:
+    """The digest of a blob a gc renamed aside (``<digest>.gc-<12 hex>``), or None."""
+    d, sep, tag = name.partition(GC_ASIDE)
+    ok = sep and valid_digest(d) and re.fullmatch("[0-9a-f]{12}", tag)
+    return d if ok else None
+
+
 def _touch(path: str) -> None:
     """Set a blob's time to now, exactly: the kernel's file clock runs up to a tick behind
     ``time.time()``, and a gc's cutoff (taken before it looks for writers) must come before
@@ -239,9 +246,8 @@ class Store:
         out = []
         for sub in self._ls(self._join("blobs")):
             for n in self._ls(self._join("blobs", sub)):
-                d, sep, tag = n.partition(GC_ASIDE)
-                if not (sep and valid_digest(d) and d[:2] == sub
-                        and re.fullmatch("[0-9a-f]{12}", tag)):
+                d = set_aside_digest(n)
+                if d is None or d[:2] != sub:
                     continue
                 aside = self._join("blobs", sub, n)
                 try:
@@ -504,8 +510,7 @@ class Store:
             return False
         folder = os.path.dirname(path)
         for n in self._ls(folder):
-            d, sep, tag = n.partition(GC_ASIDE)
-            if sep and d == digest and re.fullmatch("[0-9a-f]{12}", tag):
+            if set_aside_digest(n) == digest:
                 aside = os.path.join(folder, n)
                 with contextlib.suppress(OSError):
                     if stat.S_ISREG(os.lstat(aside).st_mode):
