@@ -16,8 +16,8 @@
   the thread) and a write is published only if no cell started meanwhile (checked under the
   lock right before its manifest is published), so a torn state is never published.
 - Silent executions and comm messages (widget callbacks) run the notebook's code without cell
-  hooks: the kernel's handlers of those requests count them, and no fork is taken while one
-  runs (a thread's write is not stopped by them: it is guarded by cells only).
+  hooks: the kernel's handlers of those requests count them, no write starts while one runs,
+  and one that starts during a thread's write stops it (a fork's copy is already taken).
 - Why not dirty tracking (Kishu, ElasticNotebook): it cannot see writes through views and C
   extensions, the silent-loss case the engine's content hashes exist for.
 - Either way the previous autosave stays readable until a new one is published whole, and
@@ -165,26 +165,33 @@ class Autosave:
     # Silent executions (a front end's variable inspector, another client's code) and comm
     # messages (widget callbacks) run the notebook's code without pre/post_run_cell. No fork
     # copies the state in the middle of one; one that is due waits until they end. They
-    # neither schedule, postpone nor stop an autosave: a front end that polls several times a
-    # second would otherwise hold every autosave back.
+    # neither schedule nor postpone an autosave, and stop only a thread's write (which reads
+    # the live namespace): a front end that polls several times a second would otherwise hold
+    # every autosave back.
     def callback_started(self) -> None:
         with self._lock:
             self._callbacks += 1
+            # A thread's write pickles the live namespace: a callback that changes it now would
+            # tear the copy. The write stops as for a cell, and comes again once they end.
+            tears = self._mode_now == "thread" and self._phase == "writing"
         forkwrite.thaw()  # the person's code never runs with the collector frozen
+        if tears:
+            self.cancel(again=True)
 
     def callback_ended(self) -> None:
         with self._lock:
             self._callbacks = max(0, self._callbacks - 1)
             self._wake.notify_all()
 
-    def cancel(self, for_cell: bool = False) -> None:
+    def cancel(self, for_cell: bool = False, again: bool = False) -> None:
         """Stop a write under way (unless it already passed the publish gate) and the one due.
 
         ``for_cell``: a cell starts. A forked write goes on: its copy of the namespace is the
         one before the cell. A thread's write is stopped where it is (an exception raised in
-        the writer thread at its next bytecode), not at the end of the variable it pickles."""
+        the writer thread at its next bytecode), not at the end of the variable it pickles.
+        ``again``: the autosave is due again (after the callbacks that stopped it)."""
         with self._lock:
-            self._due = None
+            self._due = time.monotonic() + self.settings.idle_delay if again else None
             if self._phase not in ("forking", "writing", "retaining") or self._cancel.is_set():
                 return
             if for_cell and self._mode_now == "fork":

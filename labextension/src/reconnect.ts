@@ -6,7 +6,11 @@
 
 import { ISessionContext } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
-import { ServiceManager, Session } from '@jupyterlab/services';
+import { ServiceManager, Session, SessionAPI } from '@jupyterlab/services';
+
+/** How long the sessions are read again, while the server does not answer, before giving up. */
+const SESSION_READ_DEADLINE_MS = 30_000;
+const SESSION_READ_RETRY_MS = 1_000;
 
 /**
  * Re-read the server's sessions and kernels, then follow them in every open notebook.
@@ -24,9 +28,17 @@ export async function reconnectNotebooks(
   if (!tracker) {
     return;
   }
+  // The sessions are read directly rather than taken from running(): a refresh whose read
+  // fails resolves all the same and leaves running() on its old list (JupyterLab's poll then
+  // backs off for tens of seconds), and following that list after a pause would let go of the
+  // stopped kernel's session and then adopt it again, connecting to a kernel that is gone.
+  const models = await readSessions(services);
+  if (!models) {
+    return; // the server did not answer: JupyterLab's own poll follows it later
+  }
   const sessionByPath = new Map<string, Session.IModel>();
   const live = new Set<string>();
-  for (const model of services.sessions.running()) {
+  for (const model of models) {
     live.add(model.id);
     if (model.kernel) {
       sessionByPath.set(model.path, model);
@@ -90,4 +102,25 @@ function adoptSession(
   }
   handle.call(context, services.sessions.connectTo({ model }));
   return true;
+}
+
+/**
+ * The server's sessions now, read again each second while the read fails (a busy server, a
+ * dropped connection); null once the deadline passes.
+ */
+async function readSessions(
+  services: ServiceManager.IManager
+): Promise<Session.IModel[] | null> {
+  const deadline = Date.now() + SESSION_READ_DEADLINE_MS;
+  for (;;) {
+    try {
+      return await SessionAPI.listRunning(services.serverSettings);
+    } catch (reason) {
+      if (Date.now() + SESSION_READ_RETRY_MS > deadline) {
+        console.warn('jupyter-pause: could not read the sessions', reason);
+        return null;
+      }
+      await new Promise(resolve => setTimeout(resolve, SESSION_READ_RETRY_MS));
+    }
+  }
 }

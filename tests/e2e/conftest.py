@@ -23,6 +23,9 @@ def lab_factory(tmp_path_factory, request) -> Iterator[Callable[..., LabServer]]
     def start(*extra: str, settings: dict[str, dict] | None = None) -> LabServer:
         server = start_lab(tmp_path_factory.mktemp("lab"), list(extra), settings)
         started.append(server)
+        # CI keeps only the test report: a failure shows what the server logged meanwhile.
+        diagnostics(request.node).append((f"lab server {len(started) - 1}, its log's end",
+                                          lambda: _tail(server.log_path, 80)))
         return server
 
     yield start
@@ -61,6 +64,15 @@ def page(browser, request):
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
+    said: list[str] = []  # the page's own warnings and errors, printed when the test fails
+    pg.on("console", lambda m: said.append(f"{m.type}: {m.text}")
+          if m.type in ("warning", "error") else None)
+    pg.on("requestfailed", lambda r: said.append(f"request failed: {r.method} {r.url} "
+                                                 f"({r.failure})"))
+    pg.on("response", lambda r: said.append(f"HTTP {r.status}: {r.request.method} {r.url}")
+          if r.status >= 500 else None)
+    diagnostics(request.node).append(("the page's warnings, errors and failed requests",
+                                      lambda: "\n".join(said[-60:])))
     pg.set_default_timeout(30_000)
     yield pg
     if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
@@ -71,11 +83,28 @@ def page(browser, request):
     assert not errors, f"JavaScript errors on the page: {errors}"
 
 
+def diagnostics(node) -> list[tuple[str, Callable[[], str]]]:
+    """What a failed test's report shows besides the assertion: (title, how to read it)."""
+    if not hasattr(node, "jp_diagnostics"):
+        node.jp_diagnostics = []
+    return node.jp_diagnostics
+
+
+def _tail(path: str | Path, lines: int) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError as e:
+        return f"(unreadable: {e})"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     setattr(item, f"rep_{rep.when}", rep)
+    if rep.when == "call" and rep.failed:
+        for title, read in getattr(item, "jp_diagnostics", ()):
+            rep.sections.append((title, read() or "(nothing)"))
 
 
 def pytest_configure(config) -> None:

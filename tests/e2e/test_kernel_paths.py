@@ -16,6 +16,7 @@ from .test_ui import (
     cell_output,
     expect,
     expect_enabled,
+    kernel_name,
     open_notebook,
     pause_button,
     run_cell,
@@ -72,7 +73,7 @@ def pause_and_wait(page, panel) -> None:
     expect_enabled(button)
     button.click()
     expect()(status_item(page)).to_have_attribute("data-state", "paused", timeout=SLOW)
-    expect()(page.locator("#jp-main-statusbar")).to_contain_text("No Kernel", timeout=30_000)
+    expect()(kernel_name(panel)).to_have_text("No Kernel", timeout=30_000)
 
 
 def held_notice(page):
