@@ -32,7 +32,7 @@ from jupyter_client.manager import KernelManager
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from bench_checkpoint import GiB, Load, figure
+from bench_checkpoint import GiB, Load, exit_on_sigterm, figure
 
 STATUS = ("__import__('jupyter_pause.kernel.autosave', fromlist=['_'])"
           ".get(get_ipython()).status()")
@@ -315,6 +315,7 @@ def main() -> None:
     args.repeat = 1 if q else args.repeat
     if q:
         args.gap = min(args.gap, 0.4)
+    exit_on_sigterm()
     root = tempfile.mkdtemp(prefix="jp-autosave-", dir=args.dir or "/var/tmp")
     print(f"jupyter-pause autosave bench in {root} (quick={q}, kernels with huge pages: "
           f"{HUGE_PAGES})")

@@ -27,6 +27,7 @@ import argparse
 import gc
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -40,6 +41,12 @@ from jupyter_pause.checkpoint import WriteCache, load_or_create_key, open_store,
 GiB = 1 << 30
 QUIET_LOAD = 1.5
 RESULTS: list[tuple[str, float, str, float, str]] = []
+
+
+def exit_on_sigterm() -> None:
+    """A SIGTERM (``timeout``, a CI job stopped) ends the bench through its ``finally`` blocks,
+    so the gigabytes it wrote under /var/tmp and the kernels it started do not stay behind."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
 class Load:
@@ -471,6 +478,7 @@ def main() -> None:
     args.array_gib = args.array_gib or (0.1 if q else 1.0)
     args.dicts = args.dicts or (1e5 if q else 1e6)
     args.repeat = args.repeat or 3
+    exit_on_sigterm()
     root = tempfile.mkdtemp(prefix="jp-bench-", dir=args.dir or "/var/tmp")
     key = load_or_create_key(os.path.join(root, "bench.key"))
     print(f"jupyter-pause checkpoint bench in {root} (quick={q}, repeat={args.repeat})")

@@ -41,7 +41,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_checkpoint import drop_caches
+from bench_checkpoint import drop_caches, exit_on_sigterm
 
 FAILED: list[str] = []
 PASSED: list[str] = []
@@ -176,6 +176,7 @@ def main() -> int:
         if not dry:
             torch.cuda.synchronize()
 
+    exit_on_sigterm()
     root = tempfile.mkdtemp(prefix="jp-gpu-check-", dir=args.dir or "/var/tmp")
     restore_record = engine_tensors.record_device
     try:
