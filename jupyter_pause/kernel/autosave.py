@@ -120,6 +120,7 @@ class Autosave:
         self._phase = "idle"                 # idle | forking | writing | publishing | retaining
         self._in_cell = 0                    # cells running now (a cell may run another)
         self._callbacks = 0                  # silent executions and comm messages running now
+        self._callback_stops = 0             # thread writes stopped by them since one was saved
         self.wrapped: dict[str, tuple[Any, Any]] = {}  # kernel handler -> (its own, ours)
         self._cells_started = 0              # cells begun so far: a round forks only if none
         self._round_cells = 0                # ... began since the round read the cell's number
@@ -128,7 +129,8 @@ class Autosave:
         # Checkpoint the person was offered after a death: %restore takes it by default.
         self.offered: str | None = None
         self.stats: dict[str, Any] = {"saved": 0, "cancelled": 0, "failed": 0, "last": None,
-                                      "error": None, "hook_ms_max": 0.0, "fork_ms_max": 0.0}
+                                      "error": None, "hook_ms_max": 0.0, "fork_ms_max": 0.0,
+                                      "callback_stops": 0}
         self._thread = threading.Thread(target=self._loop, name="jupyter-pause-autosave",
                                          daemon=True)
         self._thread.start()
@@ -191,9 +193,17 @@ class Autosave:
         the writer thread at its next bytecode), not at the end of the variable it pickles.
         ``again``: the autosave is due again (after the callbacks that stopped it)."""
         with self._lock:
-            self._due = time.monotonic() + self.settings.idle_delay if again else None
+            self._due = None
             if self._phase not in ("forking", "writing", "retaining") or self._cancel.is_set():
                 return
+            if again and self.settings.enabled and not self._stopped and not self._fg:
+                # backs off while callbacks keep stopping writes (a widget that plays): each
+                # attempt holds the interpreter while it pickles, and is thrown away
+                self._callback_stops += 1
+                self.stats["callback_stops"] += 1
+                backoff = self.settings.idle_delay * 2 ** min(self._callback_stops, 8)
+                self._due = max(time.monotonic() + backoff,
+                                self._last_start + self.settings.every_s)
             if for_cell and self._mode_now == "fork":
                 return
             if self._child is not None:
@@ -281,6 +291,7 @@ class Autosave:
                     "bytes_total": res.bytes_total}
         self.stats["saved"] += 1
         self.stats["error"] = None
+        self._callback_stops = 0
         self.stats["last"] = {**done, "cell": cell, "mode": self._mode_now, "at": time.time(),
                               "seconds": round(time.monotonic() - t0, 4)}
         if self._mode_now != "fork":  # a forked writer retains in the child

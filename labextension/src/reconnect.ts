@@ -6,7 +6,12 @@
 
 import { ISessionContext } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
-import { ServiceManager, Session, SessionAPI } from '@jupyterlab/services';
+import {
+  ServerConnection,
+  ServiceManager,
+  Session,
+  SessionAPI
+} from '@jupyterlab/services';
 
 /** How long the sessions are read again, while the server does not answer, before giving up. */
 const SESSION_READ_DEADLINE_MS = 30_000;
@@ -105,8 +110,10 @@ function adoptSession(
 }
 
 /**
- * The server's sessions now, read again each second while the read fails (a busy server, a
- * dropped connection); null once the deadline passes.
+ * The server's sessions now, read again each second while the server cannot answer (a dropped
+ * connection, a 5xx, JupyterHub's 424 while it starts the server: the errors JupyterLab's own
+ * SessionManager treats as a lost connection); null on any other error or once the deadline
+ * passes.
  */
 async function readSessions(
   services: ServiceManager.IManager
@@ -116,11 +123,22 @@ async function readSessions(
     try {
       return await SessionAPI.listRunning(services.serverSettings);
     } catch (reason) {
-      if (Date.now() + SESSION_READ_RETRY_MS > deadline) {
+      if (!transient(reason) || Date.now() + SESSION_READ_RETRY_MS > deadline) {
         console.warn('jupyter-pause: could not read the sessions', reason);
         return null;
       }
       await new Promise(resolve => setTimeout(resolve, SESSION_READ_RETRY_MS));
     }
   }
+}
+
+function transient(reason: unknown): boolean {
+  if (reason instanceof ServerConnection.NetworkError) {
+    return true;
+  }
+  const status =
+    reason instanceof ServerConnection.ResponseError
+      ? reason.response.status
+      : 0;
+  return status >= 500 || status === 424;
 }

@@ -91,10 +91,7 @@ def diagnostics(node) -> list[tuple[str, Callable[[], str]]]:
 
 
 def _tail(path: str | Path, lines: int) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
-    except OSError as e:
-        return f"(unreadable: {e})"
+    return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -102,9 +99,14 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     setattr(item, f"rep_{rep.when}", rep)
-    if rep.when == "call" and rep.failed:
+    if rep.failed and not getattr(item, "jp_diagnosed", False):  # once, in any phase
+        item.jp_diagnosed = True
         for title, read in getattr(item, "jp_diagnostics", ()):
-            rep.sections.append((title, read() or "(nothing)"))
+            try:
+                text = read() or "(nothing)"
+            except Exception as e:  # noqa: BLE001 - never hide the failure being reported
+                text = f"(could not be read: {e!r})"
+            rep.sections.append((title, text))
 
 
 def pytest_configure(config) -> None:

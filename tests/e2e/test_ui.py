@@ -8,6 +8,7 @@ Screenshots of the main states land in test-output/screenshots/.
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -408,10 +409,15 @@ def test_a_paused_notebook_lets_its_stopped_kernel_go_although_session_reads_fai
 
     failed: list[str] = []
 
+    def paused() -> bool:
+        try:
+            return lab.pause_status()["state"] == "paused"
+        except Exception:  # noqa: BLE001 - the request is answered either way
+            return False
+
     def sessions(route) -> None:
         # the first three reads once the server has paused: the ones that follow the pause
-        if (route.request.method == "GET" and len(failed) < 3
-                and lab.pause_status()["state"] == "paused"):
+        if route.request.method == "GET" and len(failed) < 3 and paused():
             failed.append(route.request.url)
             route.fulfill(status=503, body="busy")
         else:
@@ -421,7 +427,11 @@ def test_a_paused_notebook_lets_its_stopped_kernel_go_although_session_reads_fai
     button.click()
     expect()(status).to_have_attribute("data-state", "paused", timeout=SLOW)
     expect()(kernel_name(panel)).to_have_text("No Kernel", timeout=12_000)
-    assert len(failed) == 3, failed  # the reads did fail
+    # the reads after the pause did fail (the last ones may come after the session went)
+    deadline = time.monotonic() + 10
+    while len(failed) < 3:
+        assert time.monotonic() < deadline, failed
+        page.wait_for_timeout(100)
 
 
 def test_a_cell_run_right_after_resume_runs_although_the_page_still_holds_the_stopped_kernel(

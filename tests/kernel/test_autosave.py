@@ -355,6 +355,7 @@ def test_a_callback_that_starts_during_a_thread_write_stops_it(
     for other in autosaves(where):  # one for the cell, and never a torn one
         assert other.meta.get("cell") != cell or other.id == m.id, [
             a.meta for a in autosaves(where)]
+    assert status(k)["callback_stops"] == 1  # the one write the callback stopped
     fresh = kernel_factory(**where)
     fresh.ok("%load_ext jupyter_pause")
     fresh.ok(f"%restore --id {m.id}")
