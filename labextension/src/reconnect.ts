@@ -35,8 +35,8 @@ export async function reconnectNotebooks(
   }
   // The sessions are read directly rather than taken from running(): a refresh whose read
   // fails resolves all the same and leaves running() on its old list (JupyterLab's poll then
-  // backs off for tens of seconds), and following that list after a pause would let go of the
-  // stopped kernel's session and then adopt it again, connecting to a kernel that is gone.
+  // backs off for tens of seconds); following that list after a pause would keep the stopped
+  // kernel's session (or adopt it again), so a cell would run on a kernel that is gone.
   const models = await readSessions(services);
   if (!models) {
     return; // the server did not answer: JupyterLab's own poll follows it later
