@@ -46,7 +46,14 @@ RESULTS: list[tuple[str, float, str, float, str]] = []
 def exit_on_sigterm() -> None:
     """A SIGTERM (``timeout``, a CI job stopped) ends the bench through its ``finally`` blocks,
     so the gigabytes it wrote under /var/tmp and the kernels it started do not stay behind."""
-    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+    def stop(signum: int, _frame: object) -> None:
+        # a second signal (a CI cancel sends SIGINT, then SIGTERM) must not cut the clean-up
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 class Load:

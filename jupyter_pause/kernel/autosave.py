@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 KIND = "autosave"
 ENV = "JUPYTER_PAUSE_AUTOSAVE"
 FORK_IDLE_FACTOR = 3.0  # idle time before a fork, in forks
+RETRY_MAX_S = 60.0  # the longest a thread write stopped by callbacks waits to come again
 
 
 class Cancelled(KeyboardInterrupt):
@@ -175,7 +176,8 @@ class Autosave:
             self._callbacks += 1
             # A thread's write pickles the live namespace: a callback that changes it now would
             # tear the copy. The write stops as for a cell, and comes again once they end.
-            tears = self._mode_now == "thread" and self._phase == "writing"
+            tears = (self._mode_now == "thread" and self._phase == "writing"
+                     and not self._cancel.is_set())
         forkwrite.thaw()  # the person's code never runs with the collector frozen
         if tears:
             self.cancel(again=True)
@@ -193,17 +195,21 @@ class Autosave:
         the writer thread at its next bytecode), not at the end of the variable it pickles.
         ``again``: the autosave is due again (after the callbacks that stopped it)."""
         with self._lock:
-            self._due = None
+            if not again:
+                self._due = None
             if self._phase not in ("forking", "writing", "retaining") or self._cancel.is_set():
-                return
-            if again and self.settings.enabled and not self._stopped and not self._fg:
-                # backs off while callbacks keep stopping writes (a widget that plays): each
-                # attempt holds the interpreter while it pickles, and is thrown away
-                self._callback_stops += 1
-                self.stats["callback_stops"] += 1
-                backoff = self.settings.idle_delay * 2 ** min(self._callback_stops, 8)
-                self._due = max(time.monotonic() + backoff,
-                                self._last_start + self.settings.every_s)
+                return  # (again: a retry another callback set stays)
+            if again:
+                self._due = None
+                if self.settings.enabled and not self._stopped and not self._fg:
+                    # backs off while callbacks keep stopping writes (a widget that plays):
+                    # each attempt holds the interpreter while it pickles, and is thrown away
+                    self._callback_stops += 1
+                    self.stats["callback_stops"] += 1
+                    backoff = min(RETRY_MAX_S, self.settings.idle_delay
+                                  * 2 ** min(self._callback_stops, 8))
+                    self._due = max(time.monotonic() + backoff,
+                                    self._last_start + self.settings.every_s)
             if for_cell and self._mode_now == "fork":
                 return
             if self._child is not None:
@@ -289,9 +295,10 @@ class Autosave:
                 return
             done = {"checkpoint_id": res.checkpoint_id, "bytes_written": res.bytes_written,
                     "bytes_total": res.bytes_total}
+        with self._lock:
+            self._callback_stops = 0
         self.stats["saved"] += 1
         self.stats["error"] = None
-        self._callback_stops = 0
         self.stats["last"] = {**done, "cell": cell, "mode": self._mode_now, "at": time.time(),
                               "seconds": round(time.monotonic() - t0, 4)}
         if self._mode_now != "fork":  # a forked writer retains in the child

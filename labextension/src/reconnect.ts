@@ -111,9 +111,9 @@ function adoptSession(
 
 /**
  * The server's sessions now, read again each second while the server cannot answer (a dropped
- * connection, a 5xx, JupyterHub's 424 while it starts the server: the errors JupyterLab's own
- * SessionManager treats as a lost connection); null on any other error or once the deadline
- * passes.
+ * connection, a proxy's 502/503/504, JupyterHub's 424 while it starts the server); null on any
+ * other error (a 500 is the server's own answer: asking again gets the same) or once the
+ * deadline passes.
  */
 async function readSessions(
   services: ServiceManager.IManager
@@ -140,5 +140,5 @@ function transient(reason: unknown): boolean {
     reason instanceof ServerConnection.ResponseError
       ? reason.response.status
       : 0;
-  return status >= 500 || status === 424;
+  return [424, 502, 503, 504].includes(status);
 }
