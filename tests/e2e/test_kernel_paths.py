@@ -156,7 +156,7 @@ def test_a_cell_run_while_paused_its_notice_goes_when_resumed(lab: LabServer, pa
     lab.write_notebook("toast.ipynb", "", "")
     panel = open_notebook(page, lab, "toast.ipynb")
     pause_and_wait(page, panel)
-    run_cell(page, panel, 0, "print('while paused')")
+    run_cell(page, panel, 0, "print('while paused')", started=False)
     notice = page.locator(".Toastify__toast", has_text="the cell did not run")
     expect()(notice).to_be_visible(timeout=30_000)
     # Resume from the page's own button (the notice's Resume would close it by itself).

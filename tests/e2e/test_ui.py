@@ -47,28 +47,45 @@ def open_notebook(page, lab: LabServer, name: str):
     return panel
 
 
-def run_cell(page, panel, index: int, code: str) -> None:
+def run_cell(page, panel, index: int, code: str, started: bool = True) -> None:
     """Type `code` into cell `index` and run it with Shift+Enter, once the editor shows it.
 
     A notebook that is still attaching its cells (Notebook 7 right after the page loads,
     under load) can take the click before the cell's editor has focus, and the typed text goes
     nowhere; so the text is typed again until the editor holds it (at most three times), and
-    only then run: a run of an empty cell would wait for output that never comes."""
+    only then run: a run of an empty cell would wait for output that never comes.
+
+    ``started``: the run must start (its prompt leaves "[ ]:"). Seen under load (Notebook 7,
+    the first cell after the page loaded): the editor showed the code, Shift+Enter moved to
+    the next cell, and the cell never ran, its prompt still "[ ]:"; most likely the run read
+    the cell's model before CodeMirror had read the typed text into it. So a run that does
+    not start is typed and run once more. False for a run the kernel hold keeps waiting or
+    refuses (it starts late, or never: a second run would run it twice)."""
     cell = panel.locator(".jp-Cell").nth(index)
     editor = cell.locator(".cm-content")
+    prompt = cell.locator(".jp-InputPrompt")
     first = code.splitlines()[0] if code.strip() else ""
-    for _ in range(3):
-        editor.click()
-        page.keyboard.press("ControlOrMeta+a")
-        page.keyboard.insert_text(code)
+    for attempt in range(2 if started else 1):
+        for _ in range(3):
+            editor.click()
+            page.keyboard.press("ControlOrMeta+a")
+            page.keyboard.insert_text(code)
+            try:
+                expect()(editor).to_contain_text(first, timeout=10_000)
+                break
+            except AssertionError:
+                continue
+        else:
+            raise AssertionError(f"cell {index}'s editor never took the code {first!r}")
+        page.keyboard.press("Shift+Enter")
+        if not started:
+            return
         try:
-            expect()(editor).to_contain_text(first, timeout=10_000)
-            break
+            expect()(prompt).not_to_have_text(re.compile(r"^\[\s*\]:?$"), timeout=20_000)
+            return
         except AssertionError:
-            continue
-    else:
-        raise AssertionError(f"cell {index}'s editor never took the code {first!r}")
-    page.keyboard.press("Shift+Enter")
+            if attempt:
+                raise
 
 
 def cell_output(panel, index: int):
@@ -374,7 +391,7 @@ def test_cells_run_while_paused_or_resuming_never_start_a_kernel(lab: LabServer,
     expect()(status).to_have_attribute("data-state", "paused", timeout=SLOW)
     expect()(kernel_name(panel)).to_have_text("No Kernel", timeout=30_000)
 
-    run_cell(page, panel, 1, "print('while paused')")
+    run_cell(page, panel, 1, "print('while paused')", started=False)
     notice = page.locator(".Toastify__toast", has_text="the cell did not run")
     expect()(notice).to_be_visible(timeout=30_000)
     assert lab.api("GET", "api/kernels") == []
@@ -384,7 +401,7 @@ def test_cells_run_while_paused_or_resuming_never_start_a_kernel(lab: LabServer,
     expect()(button).to_have_text("Resume")
     button.click()
     # At once, before the resume finishes and before the tab is reconnected.
-    run_cell(page, panel, 2, "print(x + 1)")
+    run_cell(page, panel, 2, "print(x + 1)", started=False)
     expect()(status).to_have_attribute("data-state", "ready", timeout=SLOW)
     expect()(cell_output(panel, 2)).to_contain_text("42", timeout=60_000)
     sessions = [s for s in lab.api("GET", "api/sessions") if s["path"] == "hold.ipynb"]
@@ -465,7 +482,7 @@ def test_a_cell_run_right_after_resume_runs_although_the_page_still_holds_the_st
     expect()(button).to_have_text("Resume")
     expect_enabled(button)
     button.click()
-    run_cell(page, panel, 1, "print(x + 1)")
+    run_cell(page, panel, 1, "print(x + 1)", started=False)
     waiting = page.locator(".Toastify__toast", has_text="The cell will run when the workspace")
     expect()(waiting).to_be_visible(timeout=30_000)
     holding["on"] = False
