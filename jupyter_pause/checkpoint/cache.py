@@ -78,6 +78,9 @@ class WriteCache:
     store_url: str | None = None
     chunks: dict[str, tuple[str, int]] = field(default_factory=dict)
     storage_hashes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # CPU storage address -> the pack it went into last time: only an order to hash them in
+    # (see packs.TensorPacks.prehash), never a reason to reuse anything
+    pack_of: dict[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.tensor_check not in ("xxh3", "none"):
@@ -91,6 +94,7 @@ class WriteCache:
     def clear(self) -> None:
         self.chunks.clear()
         self.storage_hashes.clear()
+        self.pack_of.clear()
 
     def storage_entry(self, xxh3: str, nbytes: int,
                       taken: set[tuple[Any, Any]] | None = None) -> dict[str, Any] | None:

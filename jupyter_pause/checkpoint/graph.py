@@ -79,6 +79,7 @@ class Walk:
         self.shared_mem: list[tuple[int, int, Any]] = []
         # (lo, hi) of every array or CPU storage whose memory another one also uses
         self.overlaps: list[tuple[int, int]] = []
+        self.storages: list[Any] = []  # every CPU torch storage found, once
 
 
 class _WalkTimeout(Exception):
@@ -119,6 +120,8 @@ def _group(items: list[tuple[str, Any]], namespace: Any, time_limit: float | Non
                                "(the variable_timeout)")
     walker.deadline = None
     _union_shared_leaves(walker.np, walker.uf, walker.owner, walker.leaves, walker.leaf_sets)
+    nd = walker.ndarray
+    w.storages = [m[3] for m in walker.mem if nd is None or not isinstance(m[3], nd)]
     w.shared_mem, w.overlaps = _union_shared_memory(walker.mem, walker.uf)
     groups: dict[int, list[str]] = {}
     for vi, (name, _v) in enumerate(items):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import concurrent.futures as cf
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +15,7 @@ from .cache import WriteCache
 
 SHARD_MIN = 64 << 20  # below this, new tensors go into a single pack
 GIVE_BACK_MIN = 64 << 10  # smaller storages are not worth a system call
+PREHASH_THREADS = 2  # xxh3 runs at memory speed: more threads gain nothing on most machines
 
 
 class TensorPacks:
@@ -44,27 +46,31 @@ class TensorPacks:
         self.unknown_reads = False
         self.used: dict[str, int] = {}  # old pack -> bytes of it this write reuses
         self.waiting: dict[str, list[Any]] = {}  # old pack (not yet sure to be kept) -> storages
+        self.given: set[str] = set()  # old packs some of whose storages were given back
+        # storage _cdata -> (xxh3, old entry or None), hashed before the pickling (prehash)
+        self.early: dict[int, tuple[str, dict[str, Any] | None]] = {}
+        self.addresses: dict[int, int] = {}  # entry index -> a CPU storage's address
 
     def add(self, us: Any, dtype: str) -> int:
         gi = len(self.entries)
         cache = self.cache
         x = old = None
-        if (cache is None or cache.tensor_check == "xxh3") and us.device.type != "meta":
+        early = self.early.pop(us._cdata, None)
+        if early is not None:
+            x, old = early  # hashed before the pickling (prehash): its memory may be gone now
+        elif (cache is None or cache.tensor_check == "xxh3") and us.device.type != "meta":
             # by content: a storage written through t.data, t.numpy() or .data of a parameter
             # has changed although its _version has not. Recorded even without a cache, so a
             # checkpoint taken after this one is restored can reuse what is unchanged.
             if cache is not None and us.nbytes() in self._reusable_sizes():
                 x = tensors.storage_xxh3(us)
+                old = self._old_entry(x, us)
             else:
                 # nothing of this size to reuse (a first checkpoint): hashed as it is written,
                 # so the pack's write starts now instead of after a pass over every storage
                 self.deferred.add(gi)
-        if cache is not None and x is not None:
-            old = cache.storage_entry(x, us.nbytes(), self.taken)
-            if old is not None and old.get("device") != tensors.record_device(us):
-                old = None  # same bytes, other device: the entry must say where it lives
-            if old is not None and not self.run.has(old["blob"]):
-                old = None  # gone, or no longer known good: written again
+        if us.device.type == "cpu":
+            self.addresses[gi] = us.data_ptr()
         if old is not None:
             # one old entry per storage: two storages with equal bytes sharing one entry would
             # come back as one memory (a write through one shows in the other)
@@ -72,8 +78,10 @@ class TensorPacks:
             # decided at the end: reused only if enough of the old pack is still in use
             self.entries.append(dict(old, key=f"t{gi}", xxh3=x))
             self.reuse.setdefault(old["blob"], []).append((gi, us, dtype))
-            if self.give_back is not None:
+            if self.give_back is not None and early is None:
                 self._reused(old, us)
+            elif self.give_back is not None and not _owned(us):
+                self._reused(old, us, count=False)  # counted by prehash, given back only now
         else:
             self.entries.append(self._new_entry(gi, us, dtype, x))
             self.pending.append((gi, us, dtype))
@@ -82,20 +90,68 @@ class TensorPacks:
                 self.read_later(us.data_ptr(), us.nbytes())
         return gi
 
-    def _reused(self, old: dict[str, Any], us: Any) -> None:
+    def _old_entry(self, x: str, us: Any) -> dict[str, Any] | None:
+        """The old pack entry a storage of these bytes may reuse, if any."""
+        assert self.cache is not None
+        old = self.cache.storage_entry(x, us.nbytes(), self.taken)
+        if old is not None and old.get("device") != tensors.record_device(us):
+            return None  # same bytes, other device: the entry must say where it lives
+        if old is not None and not self.run.has(old["blob"]):
+            return None  # gone, or no longer known good: written again
+        return old
+
+    def prehash(self, storages: list[Any]) -> None:
+        """A forked writer, before any pickling: hash the CPU storages the walk found that may
+        be reused, and give back the memory of the unchanged ones as soon as their old pack is
+        sure to be kept (see _reused), instead of after the pickling has met them all.
+
+        Why: until then a cell that writes one of them copies it (see kernel.forkwrite). The
+        storages are hashed one old pack after another (``cache.pack_of``, the last write's
+        layout: a pack is kept once half of it is known reused), on two threads (xxhash lets go
+        of the interpreter lock). ``add`` takes each result: the memory may be gone by then.
+
+        Only storages whose memory torch allocated itself are given back this early: one over
+        other memory (``torch.frombuffer`` of a bytearray, ``from_numpy``, a restored pack) may
+        share it with a buffer the pickling reads out of band before it meets the storage, so
+        those wait until ``add``, as without prehash (see _Units._save_unit's read_later)."""
+        cache = self.cache
+        if self.give_back is None or cache is None or cache.tensor_check != "xxh3":
+            return
+        sizes = self._reusable_sizes()
+        todo, seen = [], set()
+        for us in storages:
+            if (us.device.type == "cpu" and us.nbytes() in sizes and us._cdata not in seen
+                    and us._cdata not in self.early):
+                seen.add(us._cdata)
+                todo.append(us)
+        todo.sort(key=lambda us: cache.pack_of.get(us.data_ptr(), ""))
+        with cf.ThreadPoolExecutor(PREHASH_THREADS) as ex:
+            for us, x in zip(todo, ex.map(tensors.storage_xxh3, todo), strict=True):
+                old = self._old_entry(x, us)
+                self.early[us._cdata] = (x, old)
+                if old is not None:
+                    self.taken.add((old.get("blob"), old.get("name")))
+                    self._reused(old, us, hold=not _owned(us))
+
+    def _reused(self, old: dict[str, Any], us: Any, *, count: bool = True,
+                hold: bool = False) -> None:
         """A storage reuses ``old``'s bytes. Once its old pack is sure to be kept (at least half
         of it reused, as _settle_reuse decides; that only grows), its storages are handed to
-        ``give_back``: no storage of a pack that may still be rewritten is ever given back."""
+        ``give_back``: no storage of a pack that may still be rewritten is ever given back.
+        ``count``: add its bytes to the pack's use (once per storage); ``hold``: not yet."""
         blob = old["blob"]
-        self.used[blob] = self.used.get(blob, 0) + us.nbytes()
+        if count:
+            self.used[blob] = self.used.get(blob, 0) + us.nbytes()
         waiting = self.waiting.setdefault(blob, [])
-        waiting.append(us)
+        if not hold:
+            waiting.append(us)
         pack_size = old.get("pack_size")
         if not isinstance(pack_size, int) or self.used[blob] * 2 < pack_size:
             return
         ready = [s for s in waiting if self._unread(s)]
         waiting.clear()
         if ready and self.give_back is not None:
+            self.given.add(blob)
             self.give_back(ready)
 
     def read_later(self, a: int, n: int) -> None:
@@ -156,12 +212,13 @@ class TensorPacks:
         """Reference an old pack only while at least half of it is still in use; otherwise
         rewrite its few unchanged storages, so a checkpoint never pins (and a restore never
         reads) a whole old pack for a handful of bytes. Bounds the waste at 2x. (A storage
-        given back was in a pack kept here: see _reused.)"""
+        given back was in a pack kept here: see _reused. Such a pack is kept even if fewer of
+        its storages were met than prehash found: its bytes are no longer in memory.)"""
         run = self.run
         for blob, items in self.reuse.items():
             used = sum(us.nbytes() for _, us, _ in items)
             pack_size = self.entries[items[0][0]]["pack_size"]
-            if used * 2 >= pack_size:
+            if used * 2 >= pack_size or blob in self.given:
                 run.blobs[blob] = {"size": pack_size, "kind": "tensors"}
                 run.add_done(used)
                 run.known += used
@@ -204,3 +261,12 @@ class TensorPacks:
             for gi, _, _ in shard:
                 self.entries[gi]["blob"] = f
                 self.entries[gi]["pack_size"] = size
+
+
+def _owned(us: Any) -> bool:
+    """Whether torch allocated this storage's memory (only such a storage is resizable: one
+    over a numpy array, a bytearray or a mapped file is not)."""
+    try:
+        return bool(us.resizable())
+    except (AttributeError, RuntimeError):
+        return False

@@ -185,6 +185,8 @@ class _Units:
 
     # -- pickling ------------------------------------------------------------------------------
     def save_all(self) -> None:
+        # a forked writer: reused storages' memory given back before the pickling starts
+        self.packs.prehash(self.walk.storages)
         # groups holding large arrays/tensors first: their writes then overlap the pickling of
         # object-heavy groups (which is CPU-bound)
         big = self.walk.big_bytes
@@ -362,6 +364,8 @@ class _Units:
         for te in self.tensor_entries:
             add_entry(hashes, te)
         cache.storage_hashes = hashes
+        cache.pack_of = {a: te["blob"] for gi, a in self.packs.addresses.items()
+                         if isinstance((te := self.tensor_entries[gi]).get("blob"), str)}
 
 
 def _retain(store: Store, stream: str, keep: int | None, key: bytes,

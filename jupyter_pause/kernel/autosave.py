@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import checkpoint as cp
+from ..checkpoint import procstate
 from ..checkpoint.retention import retain_autosaves
 from . import forkwrite, namespace, ops
 
@@ -347,6 +348,7 @@ class Autosave:
                     _kill(self._child)  # a pause or stop that came while it published
 
         url = cp.open_store(self.store_url).url
+        procstate.warm()  # once per kernel: what each child would otherwise work out again
         msg = forkwrite.write_in_child(
             lambda guard, done_with: self._write(cell, guard, None, done_with), url,
             ops._cache_for(self.store_url), may_publish=self._may_publish, started=started,

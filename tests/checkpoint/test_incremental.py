@@ -309,6 +309,83 @@ def test_done_with_names_only_storages_the_write_will_not_read_again(store, key)
     got = read(store, key=key, checkpoint_id=r.checkpoint_id).values
     assert [float(p[9]) for p in got["ps"]] == [float(p[9]) for p in ps]
 
+_EVENTS: list[str] = []
+
+
+class _Marks:
+    """Pickled as itself; says when the pickling reached it."""
+
+    def __reduce__(self):
+        _EVENTS.append("pickled")
+        return (_Marks, ())
+
+
+def test_done_with_gets_reused_storages_before_the_pickling_starts(store, key, monkeypatch):
+    """A forked autosave gives memory back as early as it can (packs.TensorPacks.prehash): the
+    storages torch allocated that the walk found unchanged are named before any unit is pickled,
+    each storage is hashed once, and one over other memory (``from_numpy`` here: such memory may
+    be a buffer the pickling reads) only after the pickling met it."""
+    torch = pytest.importorskip("torch")
+    from jupyter_pause.checkpoint import tensors
+
+    ps = [torch.full((1 << 18,), float(i)) for i in range(8)]  # 1 MiB each, one pack
+    foreign = torch.from_numpy(np.ones(1 << 18, dtype=np.float32))  # its array is not ours
+    ns = {"ps": [_Marks(), foreign, *ps]}  # the marker is pickled first of the unit
+    cache = WriteCache()
+    write(ns, store, key=key, cache=cache)
+    ps[6].data[7] = -1.0  # changed behind torch's back: written again
+    events = _EVENTS
+    events.clear()
+    hashed: list[int] = []
+    real = tensors.storage_xxh3
+
+    def counting(us):
+        hashed.append(us.data_ptr())
+        return real(us)
+
+    monkeypatch.setattr(tensors, "storage_xxh3", counting)
+    name = {p.untyped_storage().data_ptr(): f"ps{i}" for i, p in enumerate(ps)}
+    name[foreign.untyped_storage().data_ptr()] = "foreign"
+    r = write(ns, store, key=key, cache=cache,
+              done_with=lambda sts: events.extend(name[us.data_ptr()] for us in sts))
+    first = events.index("pickled")
+    assert sorted(events[:first]) == [f"ps{i}" for i in range(8) if i != 6], events
+    assert events[first + 1:] == ["foreign"], events
+    assert sorted(hashed) == sorted(name), "each storage hashed once"
+    got = read(store, key=key, checkpoint_id=r.checkpoint_id).values["ps"]
+    assert all(torch.equal(a, b) for a, b in zip(got[2:], ps, strict=True))
+    assert torch.equal(got[1], foreign) and float(got[8][7]) == -1.0
+    # the next write after this one hashes pack by pack, as this one laid them out
+    assert set(cache.pack_of) == set(name)
+    assert cache.pack_of[ps[6].untyped_storage().data_ptr()] != cache.pack_of[
+        ps[0].untyped_storage().data_ptr()]
+
+
+def test_a_pack_whose_memory_was_given_back_is_kept_though_little_of_it_is_saved(store, key):
+    """prehash counts every storage the walk found; if the pickling then saves fewer (a variable
+    that cannot be pickled any more is skipped), the old pack is still referenced, never
+    rewritten from memory that a forked writer has given back (it would read a hole)."""
+    torch = pytest.importorskip("torch")
+    a = [torch.full((1 << 18,), float(i)) for i in range(3)]
+    b = [torch.full((1 << 18,), float(10 + i)) for i in range(5)]
+    ns = {"a": a, "b": {"ts": b}}
+    cache = WriteCache()
+    r1 = write(ns, store, key=key, cache=cache)
+    pack = {e["blob"] for e in r1.manifest.tensors}
+    assert len(pack) == 1  # one pack of 8 MiB
+    ns["b"]["g"] = (i for i in range(3))  # b can no longer be pickled: skipped
+    given: list[int] = []
+    r2 = write(ns, store, key=key, cache=cache,
+               done_with=lambda sts: given.extend(us.data_ptr() for us in sts))
+    assert len(given) == 8  # all of them, before the pickling found b unpicklable
+    assert {v.name: v.status for v in r2.variables}["b"] == "skipped"
+    # 3 of 8 MiB used: without give-back this pack would be rewritten; here it is kept
+    assert {e["blob"] for e in r2.manifest.tensors} == pack
+    assert r2.bytes_written < 1 << 20, r2.bytes_written
+    got = read(store, key=key, checkpoint_id=r2.checkpoint_id).values["a"]
+    assert all(torch.equal(x, y) for x, y in zip(got, a, strict=True))
+
+
 def test_done_with_leaves_out_storages_under_memory_still_read():
     """Memory a buffer in flight, a storage to be written or another array or storage shares
     (all registered with read_later) is never named, by a byte; unknown memory names nothing."""

@@ -136,6 +136,40 @@ def test_sys_path_additions_keep_their_place(tmp_path, monkeypatch):
     sys.modules.pop("jp_front_mod", None)
 
 
+def test_a_child_forked_after_warm_captures_without_asking_again(monkeypatch):
+    """An autosave's child is forked from the kernel each time: what capture caches (the start
+    sys.path, a subprocess) is filled in the kernel by warm(), so no child starts a process."""
+    import subprocess
+
+    environment.start_path.cache_clear()
+    procstate.warm()
+    assert environment.start_path.cache_info().currsize == 1
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: capture with subprocesses refused
+        code = 1
+        try:
+            def refused(*a, **kw):
+                raise OSError("no subprocess here")
+            subprocess.run = refused  # this process only
+            state = procstate.capture()
+            code = 0 if "env.path" in state["entries"] and not state["skipped"] else 2
+        finally:
+            os.write(w, bytes([code]))
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 1)
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert got == bytes([0])
+    # without warm() the same child could not tell sys.path's start: capture says so
+    environment.start_path.cache_clear()
+    monkeypatch.setattr(subprocess, "run", lambda *a, **kw: (_ for _ in ()).throw(OSError()))
+    assert "env.path" in procstate.capture()["skipped"]
+    monkeypatch.undo()
+    procstate.warm()
+
+
 def test_numpy_print_options():
     before = np.get_printoptions()
     try:

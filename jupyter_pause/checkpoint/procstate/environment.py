@@ -196,5 +196,6 @@ def _env_restore(state: Any) -> list[Outcome]:
 
 
 register(Entry("env.cwd", "working directory", _cwd_capture, _cwd_restore, order=10))
-register(Entry("env.path", "sys.path", _path_capture, _path_restore, order=11))
+register(Entry("env.path", "sys.path", _path_capture, _path_restore, order=11,
+               warm=start_path))
 register(Entry("env.environ", "os.environ", _env_capture, _env_restore, order=12))
