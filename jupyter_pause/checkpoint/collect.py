@@ -6,9 +6,11 @@ loses a blob it has written but not yet published. A write that reuses an existi
 claim) refreshes its time; locally the removal renames the blob aside and reads that time again
 before it deletes, so a claim that lands between the check and the removal keeps the blob (and
 one that lands after the rename finds it gone and writes it again). Object stores have no time to
-refresh, so there a write running beside a gc can claim a blob the gc then removes; that
-checkpoint's restore fails naming the missing blob (never a wrong value: every blob read is
-checked against its name), and the checkpoints before it are untouched.
+refresh, so there a write records its claims in its lease before it publishes and then checks
+that each claimed blob still exists; a gc skips the claimed blobs, copies a blob aside before
+removing it, reads the claims again after, and puts back a blob claimed meanwhile. Either the
+gc sees the claim, or the write sees the blob gone and publishes nothing (it fails, and the
+next write uploads the blob again).
 """
 
 from __future__ import annotations
@@ -28,11 +30,25 @@ from .store import LEASE_SUFFIX, MANIFEST_MAX, Store, valid_digest
 log = logging.getLogger(__name__)
 
 LEASE_MAX_AGE = 6 * 3600.0  # a lease older than this belongs to a writer that is gone
+LEASE_MAX = 16 << 20  # bytes of a lease read (its claims name every blob a write reuses)
 MANIFEST_TEMP_AGE = 600.0  # seconds before a manifest temp file counts as left by a dead writer
 
 
 def active_leases(store: Store) -> list[tuple[str, float]]:
     """(checkpoint id, start time) of the writes still running; stale leases are removed."""
+    return [(i, started) for i, started, _ in _live_leases(store)]
+
+
+def active_claims(store: Store) -> set[str]:
+    """The blobs running writes reference without having written them (object stores record
+    them before publishing: :meth:`.Store.record_claims`). Read from the store: only ever used
+    to keep a blob, so a bogus claim costs space, never a checkpoint."""
+    return {d for _, _, claims in _live_leases(store) for d in claims}
+
+
+def _live_leases(store: Store) -> list[tuple[str, float, set[str]]]:
+    """(checkpoint id, start time, claims) of the writes still running; stale leases are
+    removed."""
     host = socket.gethostname()
     now = time.time()
     out = []
@@ -40,10 +56,12 @@ def active_leases(store: Store) -> list[tuple[str, float]]:
         if not n.endswith(LEASE_SUFFIX):
             continue
         try:
-            info = json.loads(store.read_bytes(p))
+            info = json.loads(store.read_bytes(p, LEASE_MAX))
             started = float(info["started"])
             pid = int(info["pid"])
             ident = info.get("proc")
+            listed = info.get("claims") or []
+            claims = {d for d in listed if isinstance(d, str) and valid_digest(d)}
         except Exception:  # noqa: BLE001 - a malformed lease (huge pid, nan, a list...)
             log.debug("ignoring malformed lease %s", n)
             continue
@@ -54,7 +72,7 @@ def active_leases(store: Store) -> list[tuple[str, float]]:
             except Exception as e:  # noqa: BLE001 - undecided is alive: never collect under a writer
                 log.debug("cannot tell whether lease %s's writer runs: %s", n, e)
         if alive:
-            out.append((n[: -len(LEASE_SUFFIX)], started))
+            out.append((n[: -len(LEASE_SUFFIX)], started, claims))
         else:
             store.remove(p)
     return out
@@ -87,17 +105,20 @@ def collect(
     # the time first: a write whose lease the listing misses began after it, so each blob it
     # claims or writes is newer than the cutoff (Store stamps them with the exact time)
     cutoff = time.time() - grace_s
-    leases = active_leases(store)
+    leases = _live_leases(store)
     if leases:
-        cutoff = min(cutoff, min(s for _, s in leases) - 5.0)
+        cutoff = min(cutoff, min(s for _, s, _ in leases) - 5.0)
+    claims = {d for _, _, c in leases for d in c}
     refs = referenced(store)
     if candidates is None:
         found = store.blob_files()
     else:
         found = [(d, store.blob_path(d)) for d in set(candidates) if valid_digest(d)]
     removed, freed = [], 0
+    held: list[tuple[str, str, str]] = []  # object stores: removed, a copy aside until checked
+    sizes: dict[str, int] = {}
     for digest, path in found:
-        if digest in refs:
+        if digest in refs or digest in claims:
             continue
         if dry_run:
             m = store.mtime(path)  # 0.0: unknown (a store that keeps none), or gone
@@ -107,14 +128,26 @@ def collect(
         else:
             # a write that claims the blob meanwhile refreshes its time: checked again as it
             # is removed (Store.collect_blob)
-            size = store.collect_blob(digest, cutoff)
+            size = store.collect_blob(digest, cutoff, held)
             if size is None:
                 continue
         removed.append(digest)
+        sizes[digest] = size or 0
         freed += size or 0
+    if held:
+        # A write that claimed one of them after the claims above were read has either seen it
+        # gone (and publishes nothing) or recorded its claim before this second reading.
+        now_claimed = active_claims(store)
+        for digest, path, aside in held:
+            if digest in now_claimed:
+                store.put_aside_back(path, aside)
+                removed.remove(digest)
+                freed -= sizes[digest]
+            else:
+                store.remove(aside)
     temps = 0
     if candidates is None:
-        temps = _collect_temps(store, {i for i, _ in leases}, cutoff, dry_run)
+        temps = _collect_temps(store, {i for i, _, _ in leases}, cutoff, dry_run)
     return {
         "removed": removed,
         "bytes_freed": freed,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 Stamp = tuple[Any, ...]
@@ -23,6 +24,11 @@ Stamp = tuple[Any, ...]
 _MAX = 200_000  # remembered blobs per process (the oldest are forgotten: they are rewritten)
 _good: OrderedDict[tuple[str, str], Stamp] = OrderedDict()
 _lock = threading.Lock()
+
+
+# Told of each blob remembered (a forked writer forwards them to its parent as they come, so a
+# child that dies mid-write does not leave the parent with stamps its claims made stale).
+on_remember: Callable[[str, str, Stamp], None] | None = None
 
 
 def remember(store_url: str, digest: str, stamp: Stamp | None) -> None:
@@ -34,6 +40,9 @@ def remember(store_url: str, digest: str, stamp: Stamp | None) -> None:
         _good.move_to_end((store_url, digest))
         while len(_good) > _MAX:
             _good.popitem(last=False)
+    hook = on_remember
+    if hook is not None:
+        hook(store_url, digest, stamp)
 
 
 def is_good(store_url: str, digest: str, stamp: Stamp | None) -> bool:

@@ -46,7 +46,7 @@ class TensorPacks:
         self.unknown_reads = False
         self.used: dict[str, int] = {}  # old pack -> bytes of it this write reuses
         self.waiting: dict[str, list[Any]] = {}  # old pack (not yet sure to be kept) -> storages
-        self.given: set[str] = set()  # old packs some of whose storages were given back
+        self.given: set[int] = set()  # _cdata of the storages given back
         # storage _cdata -> (xxh3, old entry or None), hashed before the pickling (prehash)
         self.early: dict[int, tuple[str, dict[str, Any] | None]] = {}
         self.addresses: dict[int, int] = {}  # entry index -> a CPU storage's address
@@ -106,8 +106,8 @@ class TensorPacks:
         sure to be kept (see _reused), instead of after the pickling has met them all.
 
         Why: until then a cell that writes one of them copies it (see kernel.forkwrite). The
-        storages are hashed one old pack after another (``cache.pack_of``, the last write's
-        layout: a pack is kept once half of it is known reused), on two threads (xxhash lets go
+        storages are hashed grouped by the pack each was in last time (``cache.pack_of``: a
+        pack is kept once half of it is known reused), on two threads (xxhash lets go
         of the interpreter lock). ``add`` takes each result: the memory may be gone by then.
 
         Only storages whose memory torch allocated itself are given back this early: one over
@@ -115,7 +115,8 @@ class TensorPacks:
         share it with a buffer the pickling reads out of band before it meets the storage, so
         those wait until ``add``, as without prehash (see _Units._save_unit's read_later)."""
         cache = self.cache
-        if self.give_back is None or cache is None or cache.tensor_check != "xxh3":
+        if (self.give_back is None or cache is None or cache.tensor_check != "xxh3"
+                or not getattr(self.give_back, "before_pickling", True)):
             return
         sizes = self._reusable_sizes()
         todo, seen = [], set()
@@ -124,7 +125,8 @@ class TensorPacks:
                     and us._cdata not in self.early):
                 seen.add(us._cdata)
                 todo.append(us)
-        todo.sort(key=lambda us: cache.pack_of.get(us.data_ptr(), ""))
+        order = cache.pack_of  # storages in no pack last time (new since) come last
+        todo.sort(key=lambda us: (us.data_ptr() not in order, order.get(us.data_ptr(), "")))
         with cf.ThreadPoolExecutor(PREHASH_THREADS) as ex:
             for us, x in zip(todo, ex.map(tensors.storage_xxh3, todo), strict=True):
                 old = self._old_entry(x, us)
@@ -151,7 +153,7 @@ class TensorPacks:
         ready = [s for s in waiting if self._unread(s)]
         waiting.clear()
         if ready and self.give_back is not None:
-            self.given.add(blob)
+            self.given.update(s._cdata for s in ready)
             self.give_back(ready)
 
     def read_later(self, a: int, n: int) -> None:
@@ -212,13 +214,14 @@ class TensorPacks:
         """Reference an old pack only while at least half of it is still in use; otherwise
         rewrite its few unchanged storages, so a checkpoint never pins (and a restore never
         reads) a whole old pack for a handful of bytes. Bounds the waste at 2x. (A storage
-        given back was in a pack kept here: see _reused. Such a pack is kept even if fewer of
-        its storages were met than prehash found: its bytes are no longer in memory.)"""
+        given back was in a pack kept here: see _reused. A pack one of whose saved storages
+        was given back is kept even below half: prehash counted storages the pickling may not
+        save after all, a variable skipped, and that storage's bytes are no longer in memory.)"""
         run = self.run
         for blob, items in self.reuse.items():
             used = sum(us.nbytes() for _, us, _ in items)
             pack_size = self.entries[items[0][0]]["pack_size"]
-            if used * 2 >= pack_size or blob in self.given:
+            if used * 2 >= pack_size or any(us._cdata in self.given for _, us, _ in items):
                 run.blobs[blob] = {"size": pack_size, "kind": "tensors"}
                 run.add_done(used)
                 run.known += used

@@ -17,7 +17,7 @@ from . import tensors as _tensors
 from .cache import remember_restored
 from .errors import CheckpointError, IntegrityError
 from .localfs import CHUNK, open_regular
-from .manifest import ReadResult, VariableReport
+from .manifest import Manifest, ReadResult, VariableReport
 from .pickling import load_group, reason_of
 from .store import Store, blob_hasher, open_store
 
@@ -59,6 +59,8 @@ class _Verifier:
         try:
             if not self.store.local:
                 stamp = self.store.blob_stamp(digest)  # before the bytes: a later rewrite differs
+                if stamp is None and self.store.recover_set_aside(digest):
+                    stamp = self.store.blob_stamp(digest)  # a gc killed with it set aside
                 keep, n = self._read_remote(digest, path, size, h)
             else:
                 try:
@@ -194,11 +196,14 @@ def read(
     only: Iterable[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
     process_state: bool = False,
+    before_values: Callable[[Manifest], None] | None = None,
 ) -> ReadResult:
     """Load a checkpoint (the newest of ``stream`` by default). Everything needed is verified
     (manifest HMAC, every blob's digest) before anything is unpickled; the values come back in
     ``values`` for the caller to merge. ``process_state``: put the process state the checkpoint
-    holds back (:mod:`.procstate`) once all is verified and before any value is rebuilt."""
+    holds back (:mod:`.procstate`) once all is verified and before any value is rebuilt;
+    ``before_values(manifest)`` runs then too (the kernel binds the notebook's modules, which
+    a ``__setstate__`` defined in the notebook looks up as it rebuilds a value)."""
     t0 = time.monotonic()
     if not isinstance(store, Store):
         store = open_store(store)
@@ -232,6 +237,8 @@ def read(
     ver.report()
     ver.run(list(digests))  # raises before any unpickling
     proc = procstate.restore(m.process) if process_state else []  # e.g. sys.path first
+    if before_values is not None:
+        before_values(m)
 
     warnings = _env.mismatches(m.env, needs_torch)
     if skipped:

@@ -36,6 +36,7 @@ when it completes, so the same guarantee holds there.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import errno
 import hashlib
@@ -134,6 +135,7 @@ class Txn:
         self.dirs: set[str] = set()
         self.bytes_written = 0
         self.lease: str | None = None
+        self.lease_info: dict[str, Any] = {}  # what the lease says (claims added before publish)
 
     def count(self, n: int) -> None:
         self.bytes_written += n
@@ -239,10 +241,8 @@ class Store:
 
     def set_aside_files(self, before: float) -> list[tuple[str, str]]:
         """(blob path, renamed path) of blobs a gc renamed aside before ``before`` and did not
-        finish with (it died in between; local stores only). The rename set the time of the
-        file's last change (ctime), which nothing else changes there."""
-        if not self.local:
-            return []
+        finish with (it died in between). The rename set the time of the file's last change
+        (ctime), which nothing else changes there; an object store's copy aside is new."""
         out = []
         for sub in self._ls(self._join("blobs")):
             for n in self._ls(self._join("blobs", sub)):
@@ -250,6 +250,11 @@ class Store:
                 if d is None or d[:2] != sub:
                     continue
                 aside = self._join("blobs", sub, n)
+                if not self.local:
+                    m = self.mtime(aside)
+                    if 0.0 < m < before:
+                        out.append((self._join("blobs", sub, d), aside))
+                    continue
                 try:
                     st = os.lstat(aside)
                 except OSError:
@@ -388,7 +393,7 @@ class Store:
             if ident is not None:
                 info["proc"] = ident
             self._write_small(lease, json.dumps(info).encode(), durable=False)
-            txn.lease = lease
+            txn.lease, txn.lease_info = lease, info
         except OSError as e:
             raise self._os_error(e, "starting a checkpoint") from None
         return txn
@@ -451,9 +456,14 @@ class Store:
             goodblobs.remember(self.url, digest, self.blob_stamp(digest))
         return True
 
-    def collect_blob(self, digest: str, cutoff: float) -> int | None:
+    def collect_blob(self, digest: str, cutoff: float,
+                     held: list[tuple[str, str, str]] | None = None) -> int | None:
         """Remove an unreferenced blob last written (or claimed) at or before ``cutoff``;
         its size, or None when it was spared or is gone.
+
+        Object stores: the blob is copied aside first and ``(digest, path, aside)`` added to
+        ``held``; the caller reads the writes' claims again, puts a claimed one back
+        (:meth:`put_aside_back`) and removes the other copies (see :meth:`record_claims`).
 
         Locally the blob is first renamed aside and its time read again from the renamed file:
         a write that claimed it after the caller's checks refreshed that time (and one that
@@ -466,7 +476,17 @@ class Store:
             if m > cutoff or (m == 0.0 and not self.exists(path)):
                 return None
             size = self.size(path)
+            aside = f"{path}{GC_ASIDE}{secrets.token_hex(6)}"
+            try:
+                self.fs.copy(path, aside)  # a server-side copy: no bytes through this process
+            except Exception as e:  # noqa: BLE001 - no copy, no removal
+                log.debug("not removing %s: no copy aside (%s)", path, e)
+                return None
             self.delete_blob(digest)
+            if held is None:  # nobody will look at the claims again: decided now
+                self.remove(aside)
+            else:
+                held.append((digest, path, aside))
             return size
         if not localfs.inside(self.root, path):
             return None
@@ -500,28 +520,43 @@ class Store:
         return None
 
     def recover_set_aside(self, digest: str) -> bool:
-        """Put back a blob a gc renamed aside and never finished with (it was killed between
-        the rename and its decision); True if one was. Only ever keeps a blob: a reader that
+        """Put back a blob a gc set aside and never finished with (it was killed between the
+        removal and its decision); True if one was. Only ever keeps a blob: a reader that
         finds a blob missing tries this once."""
-        if not self.local:
-            return False
         path = self.blob_path(digest)
-        if not localfs.inside(self.root, path):
+        if self.local and not localfs.inside(self.root, path):
             return False
-        folder = os.path.dirname(path)
+        if not self.local and self.has_blob(digest):
+            return True  # there (an object with no identity has no stamp): no aside is touched
+        folder = os.path.dirname(path) if self.local else path.rsplit("/", 1)[0]
         for n in self._ls(folder):
             if set_aside_digest(n) == digest:
-                aside = os.path.join(folder, n)
-                with contextlib.suppress(OSError):
-                    if stat.S_ISREG(os.lstat(aside).st_mode):
-                        self.put_aside_back(path, aside)
-                        return os.path.isfile(path)
+                aside = os.path.join(folder, n) if self.local else f"{folder}/{n}"
+                if self.local:
+                    with contextlib.suppress(OSError):
+                        if stat.S_ISREG(os.lstat(aside).st_mode):
+                            self.put_aside_back(path, aside)
+                            return os.path.isfile(path)
+                    continue
+                self.put_aside_back(path, aside)
+                return self.has_blob(digest)
         return False
 
-    @staticmethod
-    def put_aside_back(path: str, aside: str) -> None:
-        """Undo a :meth:`collect_blob` rename; a copy written there since (the same bytes, by
-        content addressing) is kept and the renamed one dropped."""
+    def put_aside_back(self, path: str, aside: str) -> None:
+        """Undo a :meth:`collect_blob` rename (object stores: its removal, from the copy aside);
+        a copy written there since (the same bytes, by content addressing) is kept and the one
+        aside dropped."""
+        if not self.local:
+            try:
+                with contextlib.suppress(Exception):
+                    self.fs.invalidate_cache(path)
+                if not self.fs.exists(path):
+                    self.fs.copy(aside, path)
+            except Exception as e:  # noqa: BLE001 - kept aside: the next gc puts it back
+                log.warning("could not put blob %s back: %s", path, e)
+                return
+            self.remove(aside)
+            return
         try:
             os.link(aside, path, follow_symlinks=False)
         except FileExistsError:
@@ -621,6 +656,40 @@ class Store:
             self.fs.invalidate_cache(final)
         goodblobs.remember(self.url, digest, self.blob_stamp(digest))
         return digest, size
+
+    def record_claims(self, txn: Txn, digests: set[str]) -> None:
+        """Object stores, before a write publishes: name in its lease the blobs it references
+        without having written them (its claims), then check that each still exists.
+
+        Why: an object's time cannot be refreshed without rewriting it, so a gc running beside
+        this write may have judged a reused blob unreferenced and old. A gc reads the leases'
+        claims before it removes a blob and again after (it keeps a copy aside until then, and
+        puts a claimed blob back: :func:`.collect.collect`), so either it sees this claim, or
+        this check sees the blob gone. Then nothing is published: the write fails here, and the
+        blob is forgotten as good, so the next write uploads it again."""
+        if self.local or txn.lease is None or not digests:
+            return
+        info = dict(txn.lease_info, claims=sorted(digests))
+        try:
+            self._write_small(txn.lease, json.dumps(info).encode(), durable=False)
+        except OSError as e:
+            raise self._os_error(e, "recording the blobs this checkpoint reuses") from None
+        txn.lease_info = info
+        ds = sorted(digests)
+        for d in ds:  # never a cached listing: the gc may have removed it since
+            with contextlib.suppress(Exception):
+                self.fs.invalidate_cache(self.blob_path(d))
+        with cf.ThreadPoolExecutor(max_workers=min(8, len(ds))) as ex:
+            there = list(ex.map(self.has_blob, ds))
+        gone = [d for d, ok in zip(ds, there, strict=True) if not ok]
+        for d in gone:
+            goodblobs.forget(self.url, d)
+        if gone:
+            raise CheckpointError(
+                f"checkpoint store {self.url}: {len(gone)} blob(s) this checkpoint reuses (e.g. "
+                f"{gone[0][:12]}) were removed by a clean-up running beside it; this checkpoint "
+                "was not published and earlier checkpoints are intact; the next one writes "
+                "them again")
 
     def sync(self, txn: Txn) -> None:
         """Make every rename of this write durable before the manifest points at it."""

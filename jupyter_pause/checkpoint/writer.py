@@ -123,6 +123,8 @@ def write(
         manifest = units.manifest(ckpt_id, stream, items, provenance or {}, liveness, meta)
         manifest.process = proc
         data = sign(manifest, key)
+        # object stores: what this write reuses is named where a gc looks, then checked there
+        store.record_claims(txn, set(manifest.blobs) - txn.created)
         store.sync(txn)
         store.publish(txn, stream, data)
     except BaseException:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import faulthandler
 import functools
 import gc
@@ -59,7 +60,8 @@ GIVE_BACK_MACHINES = ("x86_64", "aarch64")
 # kernel's vm.max_map_count (65530 by default), so the child's own mappings never run out.
 GIVE_BACK_MAX = 8192
 
-_give_back_ok = True  # False once a child that gave memory back crashed (this process)
+_give_back_ok = True  # False once children that gave memory back crashed twice (this process)
+_early_ok = True  # False once one did: memory is then given back only after the pickling
 _kept: list[Any] = []  # in the child: storages whose memory it gave back, never freed there
 
 
@@ -92,6 +94,16 @@ def _recv(fd: int) -> dict[str, Any] | None:
         return None
     body = _read_exactly(fd, struct.unpack("<Q", head)[0])
     return None if body is None else pickle.loads(body)  # our own child
+
+
+def _recv_learning(fd: int, store_url: str) -> dict[str, Any] | None:
+    """The child's next message, remembering on the way the blob stamps it learnt."""
+    while True:
+        msg = _recv(fd)
+        if msg is None or "learnt" not in msg:
+            return msg
+        digest, stamp = msg["learnt"]
+        goodblobs.remember(store_url, digest, stamp)
 
 
 def _child_setup() -> None:
@@ -254,28 +266,40 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
             os.close(down_w)
             _child_setup()
             before = _good(store_url)
-            given = [0]
+            done_with = _GiveBack(_early_ok)
+            sending = threading.Lock()  # the write's pool threads claim blobs too
 
-            def done_with(storages: list[Any]) -> None:
-                given[0] += _give_back(storages)
+            def send(msg: dict[str, Any]) -> None:
+                with sending:
+                    _send(up_w, msg)
+
+            def learnt(url: str, digest: str, stamp: Any) -> None:
+                # A claim refreshes a blob's time, so the stamp the parent holds goes stale: it
+                # hears the new one at once, even if this child dies before it is done.
+                if url == store_url:
+                    with contextlib.suppress(OSError):
+                        send({"learnt": (digest, stamp)})
+
+            goodblobs.on_remember = learnt
 
             def guard(publish: Any) -> Any:
                 def guarded(txn: Any, stream: str, data: bytes) -> None:
-                    _send(up_w, {"ready": True})
+                    send({"ready": True})
                     if _read_exactly(down_r, 2) != b"go":
                         raise NotPublished()
                     publish(txn, stream, data)
                 return guarded
 
             res = write(guard, done_with if _give_back_ok else None)
-            _send(up_w, {"done": {"checkpoint_id": res.checkpoint_id,
+            send({"done": {"checkpoint_id": res.checkpoint_id,
                                   "bytes_written": res.bytes_written,
                                   "bytes_total": res.bytes_total,
-                                  "bytes_given_back": given[0]},
+                                  "bytes_given_back": done_with.given},
                          "cache": (cache.store_url, cache.chunks, cache.storage_hashes,
                                    cache.pack_of),
-                         "good": [(d, st) for d, st in _good(store_url).items()
-                                  if before.get(d) != st]})
+                  "good": [(d, st) for d, st in _good(store_url).items()
+                           if before.get(d) != st]})
+            goodblobs.on_remember = None  # the parent reads no more
             code = 0
             if after is not None:
                 with contextlib.suppress(Exception):  # a clean-up: the next round does it
@@ -283,7 +307,8 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
         except BaseException as e:  # noqa: BLE001 - told to the parent, then exit
             with contextlib.suppress(BaseException):
                 _send(up_w, {"cancelled": True} if isinstance(e, KeyboardInterrupt)
-                      else {"error": f"{type(e).__name__}: {e}"[:400], "gave_back": bool(_kept)})
+                      else {"error": f"{type(e).__name__}: {e}"[:400],
+                            "gave_back": bool(_kept) and _bad_address(e)})
         finally:
             os._exit(code)
     os.close(up_w)
@@ -291,12 +316,12 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
     status = 0
     try:
         started(pid)
-        msg = _recv(up_r)
+        msg = _recv_learning(up_r, store_url)
         if msg is not None and msg.get("ready"):
             ok = may_publish()
             with contextlib.suppress(OSError):
                 os.write(down_w, b"go" if ok else b"no")
-            msg = _recv(up_r)
+            msg = _recv_learning(up_r, store_url)
         if msg is not None and "done" in msg and settled is not None:
             settled()
     finally:
@@ -328,6 +353,31 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
     return msg
 
 
+class _GiveBack:
+    """The engine's ``done_with`` hook in the child. ``before_pickling``: the engine may give
+    memory back as soon as it has hashed the storages, before anything is pickled
+    (``TensorPacks.prehash``); off once a child that did so crashed (see :func:`crashed`)."""
+
+    def __init__(self, before_pickling: bool) -> None:
+        self.before_pickling = before_pickling
+        self.given = 0
+
+    def __call__(self, storages: list[Any]) -> None:
+        self.given += _give_back(storages)
+
+
+def _bad_address(e: BaseException | None) -> bool:
+    """Whether a failure may come of memory given back: a system call handed such memory
+    fails with EFAULT ("Bad address"; a read of it in user space ends the child instead)."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if (isinstance(e, OSError) and e.errno == errno.EFAULT) or "Bad address" in str(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def _signame(sig: int) -> str:
     try:
         return signal.Signals(sig).name
@@ -342,10 +392,18 @@ def _close(fds: tuple[int, ...]) -> None:
 
 
 def crashed(sig: int | None) -> str:
-    """A child ended by a memory fault (``sig``), or failed after giving memory back (None):
-    the cause may be memory it gave back and then read (something shared a storage's bytes
-    unseen). This kernel stops giving memory back; returns what to tell."""
-    global _give_back_ok
-    was, _give_back_ok = _give_back_ok, False
-    then = "; this kernel's autosaves no longer give memory back early" if was else ""
+    """A child ended by a memory fault (``sig``), or failed on a bad address after giving
+    memory back (None): the cause may be memory it gave back and then read (something shared
+    a storage's bytes unseen, or a ``__getstate__`` read a tensor while it was pickled). This
+    kernel first stops giving memory back before the pickling, then altogether; returns what
+    to tell."""
+    global _give_back_ok, _early_ok
+    if _early_ok:
+        _early_ok = False
+        then = "; this kernel's autosaves now give memory back only once it is pickled"
+    elif _give_back_ok:
+        _give_back_ok = False
+        then = "; this kernel's autosaves no longer give memory back early"
+    else:
+        then = ""
     return then if sig is None else f"the autosave's writer crashed ({signal.Signals(sig).name}){then}"

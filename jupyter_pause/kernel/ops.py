@@ -203,6 +203,17 @@ def do_restore(
     prov = provenance.install(ip)
     store = cp.open_store(store_url)
     key = cp.load_or_create_key(key_path, store=store)  # refuses to orphan existing checkpoints
+    bound: list[tuple[list[str], list[str]]] = []
+
+    def bind_modules(m: Any) -> None:
+        # before the values are rebuilt: a notebook's __setstate__ or __reduce__ function looks
+        # its modules (np, torch) up in the namespace as it runs
+        meta = m.meta or {}
+        aliases = meta.get("modules") if isinstance(meta, Mapping) else None
+        if only is not None:
+            aliases = {}  # a partial restore brings back what was asked for, nothing else
+        bound.append(namespace.reimport_modules(ip, aliases))
+
     rr = cp.read(
         store,
         key=key,
@@ -212,16 +223,14 @@ def do_restore(
         only=list(only) if only is not None else None,
         progress=progress,
         process_state=only is None if process_state is None else process_state,
+        before_values=bind_modules,
     )
     # Everything was read and verified: from here on nothing can fail half-way.
     values = dict(rr.values)
     ipystate.adopt_outputs(ip, values)  # Out[n] / _n into IPython's output history
     ip.push(values, interactive=True)
     meta = rr.manifest.meta or {}
-    aliases = meta.get("modules") if isinstance(meta, Mapping) else None
-    if only is not None and aliases:
-        aliases = {}  # a partial restore brings back what was asked for, nothing else
-    modules, missing = namespace.reimport_modules(ip, aliases)
+    modules, missing = bound[0] if bound else ([], [])
     out = Restored(rr, modules, missing)
     apply_load_notes(out.variables, rr.load_notes)
     _add_pending_rows(out, meta, only)

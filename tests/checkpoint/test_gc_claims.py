@@ -2,7 +2,9 @@
 
 A claim refreshes the blob's time; the gc's removal renames the blob aside and reads the time
 again before it deletes. These tests put the claim exactly where a concurrent write's could
-land: just before the gc's first change to the blob's file, and just after it.
+land: just before the gc's first change to the blob's file, and just after it. On object stores
+(no time to refresh) the write records its claims in its lease and checks them, and the gc reads
+the claims before and after a removal: the last tests put the gc on either side of that check.
 """
 
 from __future__ import annotations
@@ -140,3 +142,118 @@ def test_on_a_file_system_of_whole_seconds_a_claim_in_the_cutoffs_second_is_kept
     # the same time with its nanoseconds kept (a file system that keeps them): it is old
     os.utime(path, ns=(stored + 1, stored + 1))
     assert store.collect_blob(digest, cutoff) is not None and not os.path.exists(path)
+
+
+# -- object stores: no time to refresh, so the claims are recorded in the write's lease -------
+# A real emulator (moto for S3, gcp-storage-emulator for GCS; conftest.object_server). Both
+# clouds are strongly consistent for a read after a write and for listings (Amazon S3 since
+# December 2020, https://aws.amazon.com/s3/consistency/; Cloud Storage:
+# https://cloud.google.com/storage/docs/consistency), which the ordering argument of
+# Store.record_claims relies on: the lease is written before the blob's existence is checked.
+
+
+def _remote_orphan(object_server: Any, key: bytes, name: str) -> tuple[Store, Any, np.ndarray,
+                                                                       str, Any]:
+    """A store on the emulator, a write cache, an array written and its checkpoint's manifest
+    removed: the blob is unreferenced and known good to this process, and the next write of
+    the same array (with the cache) reuses it."""
+    from jupyter_pause.checkpoint import WriteCache, open_store
+
+    store = open_store(object_server.url(name), storage_options=object_server.options())
+    cache = WriteCache()
+    x = np.arange(300_000, dtype=np.float64)
+    res = write({"x": x}, store, key=key, cache=cache)
+    (digest,) = [d for d in res.manifest.blobs if res.manifest.blobs[d]["size"] >= x.nbytes]
+    store.remove(store.manifest_path("default", res.checkpoint_id))
+    return store, cache, x, digest, res
+
+
+def test_an_object_store_write_whose_reused_blob_a_gc_removed_publishes_nothing(
+        object_server, key, monkeypatch):
+    """The gc read the claims before this write recorded its own and removed the blob before
+    the write checked it: the write fails before publishing, and the next one writes it."""
+    from jupyter_pause.checkpoint import CheckpointError
+
+    store, cache, x, digest, _ = _remote_orphan(object_server, key, "claims-gone")
+    real = Store.record_claims
+
+    def gc_first(self: Store, txn: Any, digests: set[str]) -> None:
+        assert digest in digests  # reused, not written again
+        store.delete_blob(digest)  # what the gc did just before
+        real(self, txn, digests)
+
+    monkeypatch.setattr(Store, "record_claims", gc_first)
+    before = set(store.manifest_files())
+    with pytest.raises(CheckpointError, match="removed by a clean-up"):
+        write({"x": x}, store, key=key, cache=cache)
+    monkeypatch.undo()
+    assert set(store.manifest_files()) == before  # nothing published
+    res = write({"x": x}, store, key=key, cache=cache)  # forgotten as good: uploaded again
+    assert res.bytes_written >= x.nbytes
+    assert np.array_equal(read(store, key=key).values["x"], x)
+
+
+def test_an_object_store_gc_puts_back_a_blob_claimed_while_it_removed_it(
+        object_server, key, monkeypatch):
+    """The gc read the claims before the write recorded its own (so it removes the blob), and
+    the write checked the blob before the gc removed it: the gc's second reading of the claims
+    puts the blob back, and the published checkpoint reads back whole."""
+    from jupyter_pause.checkpoint import collect as collect_mod
+
+    store, cache, x, digest, _ = _remote_orphan(object_server, key, "claims-back")
+    real_record, real_live = Store.record_claims, collect_mod._live_leases
+    removals: list[str] = []
+    real_delete = Store.delete_blob
+
+    def deleting(self: Store, d: str) -> None:
+        removals.append(d)
+        real_delete(self, d)
+
+    outs: list[dict[str, Any]] = []
+
+    def then_gc(self: Store, txn: Any, digests: set[str]) -> None:
+        real_record(self, txn, digests)  # recorded, and the blob is there
+        first = [True]
+
+        def live(s: Store) -> Any:  # the gc's first reading came before that record
+            if first:
+                first.clear()
+                return []
+            return real_live(s)
+
+        monkeypatch.setattr(collect_mod, "_live_leases", live)
+        monkeypatch.setattr(Store, "delete_blob", deleting)
+        outs.append(collect_mod.collect(store, {digest}))
+        monkeypatch.setattr(collect_mod, "_live_leases", real_live)
+        monkeypatch.setattr(Store, "delete_blob", real_delete)
+
+    monkeypatch.setattr(Store, "record_claims", then_gc)
+    res = write({"x": x}, store, key=key, cache=cache)
+    monkeypatch.undo()
+    assert removals == [digest]  # the gc did remove it...
+    assert outs[0]["removed"] == [] and outs[0]["bytes_freed"] == 0  # ...and put it back
+    assert res.bytes_written < x.nbytes  # the write reused it
+    store.fs.invalidate_cache()
+    folder = store.blob_path(digest).rsplit("/", 1)[0]
+    assert not [n for n in store.fs.ls(folder, detail=False) if GC_ASIDE in n]
+    assert np.array_equal(read(store, key=key, checkpoint_id=res.checkpoint_id).values["x"], x)
+
+
+def test_an_object_store_blob_a_dead_gc_left_aside_is_recovered(object_server, key):
+    """A gc killed between its removal and its second reading of the claims leaves the copy
+    aside: a reader that finds the blob missing puts it back, and so does a later gc."""
+    store, cache, x, digest, _ = _remote_orphan(object_server, key, "claims-dead")
+    published = write({"x": x}, store, key=key, cache=cache)  # references the blob
+    held: list[tuple[str, str, str]] = []
+    assert store.collect_blob(digest, time.time() + 60, held) is not None
+    assert not store.has_blob(digest) and len(held) == 1  # killed here
+    got = read(store, key=key, checkpoint_id=published.checkpoint_id).values["x"]
+    assert np.array_equal(got, x) and store.has_blob(digest)
+    assert not store.fs.exists(held[0][2])  # the reader took the copy aside back
+    # a later gc finds another one left aside (older than its age) and puts the blob back
+    held.clear()
+    assert store.collect_blob(digest, time.time() + 60, held) is not None
+    assert [a for _, a in store.set_aside_files(time.time() + 60)] == [held[0][2]]
+    for path, aside in store.set_aside_files(time.time() + 60):
+        store.put_aside_back(path, aside)
+    assert store.has_blob(digest) and not store.fs.exists(held[0][2])

@@ -449,7 +449,10 @@ def test_a_child_that_reads_memory_it_gave_back_fails_safely(kernel_factory: Any
                                                              where: dict[str, str]) -> None:
     """A read of given-back memory that the engine did not foresee (an alias nothing showed)
     ends the child with SIGSEGV: that autosave fails with a clear error, the previous one stays
-    the newest, and this kernel's next autosaves complete without giving memory back."""
+    the newest, and this kernel's next autosave gives memory back only once it is pickled; a
+    second crash, and its autosaves complete without giving memory back. (The second crash
+    also shows that the next write reused what the crashed child had claimed: that child told
+    the kernel the blob stamps its claims changed before it died.)"""
     k = kernel_factory(**{**where, "JUPYTER_PAUSE_AUTOSAVE": json.dumps({"mode": "fork"})})
     k.ok("%load_ext jupyter_pause")
     good, _ = given_back_after(k, where, TENSORS)
@@ -461,6 +464,12 @@ def test_a_child_that_reads_memory_it_gave_back_fails_safely(kernel_factory: Any
          "    return n\n"
          "_fw._give_back = _reads_after\n" + CHANGED)
     st = wait_for("the crashed autosave", lambda: status(k)["failed"] and status(k), 120)
+    assert "crashed (SIGSEGV)" in st["error"] and "only once it is pickled" in st["error"]
+    assert next(m.id for m in autosaves(where)) == good.id
+    assert k.eval("(_fw._early_ok, _fw._give_back_ok)") == (False, True)
+    failed = st["failed"]
+    k.ok("ps[4].data[5] = -3.0")  # given back after the pickling: the same read crashes it
+    st = wait_for("the second crash", lambda: status(k)["failed"] > failed and status(k), 120)
     assert "crashed (SIGSEGV)" in st["error"] and "no longer give memory back" in st["error"]
     assert next(m.id for m in autosaves(where)) == good.id
     m, last = given_back_after(k, where, "ps[3].data[5] = -2.0")
@@ -468,7 +477,37 @@ def test_a_child_that_reads_memory_it_gave_back_fails_safely(kernel_factory: Any
     fresh = kernel_factory(**where)
     fresh.ok("%load_ext jupyter_pause")
     fresh.ok(f"%restore --id {m.id}")
-    assert fresh.eval("[float(p[5]) for p in ps][:4]") == [0.0, 1.0, -1.0, -2.0]
+    assert fresh.eval("[float(p[5]) for p in ps][:5]") == [0.0, 1.0, -1.0, -2.0, -3.0]
+
+
+def test_a_getstate_that_reads_a_tensor_costs_one_autosave_not_the_give_back(
+        kernel_factory: Any, where: dict[str, str]) -> None:
+    """An object whose ``__getstate__`` reads a tensor's memory while it is pickled (skorch's
+    nets save their modules with torch.save there) meets memory given back before the
+    pickling: that child crashes, and the next autosave, giving memory back only once it is
+    pickled, saves it whole and still gives the other storages back. The restore binds the
+    notebook's modules before it rebuilds values: ``__setstate__`` uses ``torch`` as it runs."""
+    k = kernel_factory(**{**where, "JUPYTER_PAUSE_AUTOSAVE": json.dumps({"mode": "fork"})})
+    k.ok("%load_ext jupyter_pause")
+    k.ok("import torch\n"
+         "class Holder:\n"
+         "    def __init__(self, t): self.t = t\n"
+         "    def __getstate__(self): return {'copy': self.t.numpy().copy()}\n"
+         "    def __setstate__(self, st): self.t = torch.from_numpy(st['copy'])\n"
+         "ps = [torch.full((1 << 20,), float(i)) for i in range(8)]\n"
+         "h = Holder(torch.full((1 << 20,), 9.0))\n"
+         "keep = [h.t]")  # the storage itself is saved here, so it is reused unchanged
+    given_back_after(k, where, "x = 1")  # the first: nothing to give back yet
+    k.ok("ps[1].data[5] = -1.0")
+    st = wait_for("the crashed autosave", lambda: status(k)["failed"] and status(k), 120)
+    assert "crashed (SIGSEGV)" in st["error"] and "only once it is pickled" in st["error"]
+    m, last = given_back_after(k, where, "h.t[7] = -9.0")
+    assert last["bytes_given_back"] >= 6 * ((4 << 20) - 2 * PAGE), last
+    fresh = kernel_factory(**where)
+    fresh.ok("%load_ext jupyter_pause")
+    fresh.ok(f"%restore --id {m.id}")
+    assert fresh.eval("[float(h.t[7]), float(h.t[6]), float(ps[1][5]), float(ps[2][5])]") == [
+        -9.0, 9.0, -1.0, 2.0]
 
 
 # The autosave thread's fork preparation, held until a file appears: a test acts in between.

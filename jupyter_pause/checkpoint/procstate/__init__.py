@@ -103,11 +103,15 @@ def warm() -> None:
     start ``sys.path`` is a short subprocess (35 ms, measured in an autosave's child). Never
     raises: capture then works it out itself and reports as it would."""
     for e in registered():
-        if e.warm is not None:
+        if e.warm is not None and e.name not in _cold:
             try:
                 e.warm()
             except Exception:  # capture says what is wrong
+                _cold.add(e.name)  # not asked again each time (a subprocess that fails)
                 log.debug("process state %s not warmed", e.name, exc_info=True)
+
+
+_cold: set[str] = set()  # entries whose warm() failed in this process
 
 
 def _size(state: Any) -> int:
