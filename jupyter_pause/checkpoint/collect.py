@@ -103,8 +103,9 @@ def collect(
     Blobs younger than ``grace_s`` or than a running write's lease are kept.
     """
     # the time first: a write whose lease the listing misses began after it, so each blob it
-    # claims or writes is newer than the cutoff (Store stamps them with the exact time)
+    # writes (or, locally, claims) is newer than the cutoff (Store stamps them exactly)
     cutoff = time.time() - grace_s
+    store.refresh()  # object stores: no listing from before this gc began
     leases = _live_leases(store)
     if leases:
         cutoff = min(cutoff, min(s for _, s, _ in leases) - 5.0)
@@ -117,29 +118,44 @@ def collect(
     removed, freed = [], 0
     held: list[tuple[str, str, str]] = []  # object stores: removed, a copy aside until checked
     sizes: dict[str, int] = {}
-    for digest, path in found:
-        if digest in refs or digest in claims:
-            continue
-        if dry_run:
-            m = store.mtime(path)  # 0.0: unknown (a store that keeps none), or gone
-            if m > cutoff or (m == 0.0 and not store.exists(path)):
+    try:
+        for digest, path in found:
+            if digest in refs or digest in claims:
                 continue
-            size: int | None = store.size(path)
-        else:
-            # a write that claims the blob meanwhile refreshes its time: checked again as it
-            # is removed (Store.collect_blob)
-            size = store.collect_blob(digest, cutoff, held)
-            if size is None:
-                continue
-        removed.append(digest)
-        sizes[digest] = size or 0
-        freed += size or 0
+            if dry_run:
+                m = store.mtime(path)  # 0.0: unknown (a store that keeps none), or gone
+                if m > cutoff or (m == 0.0 and not store.exists(path)):
+                    continue
+                size: int | None = store.size(path)
+            else:
+                # a write that claims the blob meanwhile refreshes its time (locally) or records
+                # its claim (object stores): checked again as it is removed (collect_blob) or
+                # below
+                size = store.collect_blob(digest, cutoff, held)
+                if size is None:
+                    continue
+            removed.append(digest)
+            sizes[digest] = size or 0
+            freed += size or 0
+    except BaseException:
+        for _, path, aside in held:  # failed or stopped half-way: nothing is lost
+            store.put_aside_back(path, aside)
+        raise
     if held:
         # A write that claimed one of them after the claims above were read has either seen it
-        # gone (and publishes nothing) or recorded its claim before this second reading.
-        now_claimed = active_claims(store)
+        # gone (and publishes nothing) or recorded its claim before this second reading; one
+        # that has published since and dropped its lease names it in its manifest: the claims
+        # first, then the manifests (a write publishes before it drops its lease).
+        try:
+            store.refresh()
+            keep = active_claims(store)
+            keep |= referenced(store)
+        except BaseException:
+            for _, path, aside in held:
+                store.put_aside_back(path, aside)
+            raise
         for digest, path, aside in held:
-            if digest in now_claimed:
+            if digest in keep:
                 store.put_aside_back(path, aside)
                 removed.remove(digest)
                 freed -= sizes[digest]

@@ -59,9 +59,15 @@ class _Verifier:
         try:
             if not self.store.local:
                 stamp = self.store.blob_stamp(digest)  # before the bytes: a later rewrite differs
-                if stamp is None and self.store.recover_set_aside(digest):
-                    stamp = self.store.blob_stamp(digest)  # a gc killed with it set aside
-                keep, n = self._read_remote(digest, path, size, h)
+                try:
+                    keep, n = self._read_remote(digest, path, size, h)
+                except FileNotFoundError:
+                    # a gc stopped with it copied aside: back, and read once more
+                    if not self.store.recover_set_aside(digest):
+                        raise
+                    h = blob_hasher()
+                    stamp = self.store.blob_stamp(digest)
+                    keep, n = self._read_remote(digest, path, size, h)
             else:
                 try:
                     keep, n, stamp = self._read_local(digest, path, size, h)

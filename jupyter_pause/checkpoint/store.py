@@ -277,8 +277,10 @@ class Store:
             out["manifest_bytes"] += self.size(p)
         for sub in self._ls(self._join("blobs")):
             for d in self._ls(self._join("blobs", sub)):
-                out["blobs"] += 1
-                out["blob_bytes"] += self.size(self._join("blobs", sub, d))
+                n = self.size(self._join("blobs", sub, d))
+                kind = "blob" if valid_digest(d) else "temp"  # a gc's copy aside is no blob
+                out[f"{kind}s" if kind == "blob" else "temp_files"] += 1
+                out[f"{kind}_bytes"] += n
         for _, p in self.temp_files():
             out["temp_files"] += 1
             out["temp_bytes"] += self.size(p)
@@ -472,6 +474,8 @@ class Store:
         stores cannot refresh a time without rewriting the object (see :mod:`.collect`)."""
         path = self.blob_path(digest)
         if not self.local:
+            with contextlib.suppress(Exception):  # its time now, not a listing's
+                self.fs.invalidate_cache(path)
             m = self.mtime(path)  # 0.0: unknown (a store that keeps none), or gone
             if m > cutoff or (m == 0.0 and not self.exists(path)):
                 return None
@@ -480,7 +484,7 @@ class Store:
             try:
                 self.fs.copy(path, aside)  # a server-side copy: no bytes through this process
             except Exception as e:  # noqa: BLE001 - no copy, no removal
-                log.debug("not removing %s: no copy aside (%s)", path, e)
+                log.warning("not removing %s: it could not be copied aside first (%s)", path, e)
                 return None
             self.delete_blob(digest)
             if held is None:  # nobody will look at the claims again: decided now
@@ -526,9 +530,13 @@ class Store:
         path = self.blob_path(digest)
         if self.local and not localfs.inside(self.root, path):
             return False
-        if not self.local and self.has_blob(digest):
-            return True  # there (an object with no identity has no stamp): no aside is touched
         folder = os.path.dirname(path) if self.local else path.rsplit("/", 1)[0]
+        if not self.local:
+            with contextlib.suppress(Exception):  # what the store holds now
+                self.fs.invalidate_cache(folder)
+                self.fs.invalidate_cache(path)
+            if self.has_blob(digest):
+                return True  # there after all: no aside is touched
         for n in self._ls(folder):
             if set_aside_digest(n) == digest:
                 aside = os.path.join(folder, n) if self.local else f"{folder}/{n}"
@@ -656,6 +664,13 @@ class Store:
             self.fs.invalidate_cache(final)
         goodblobs.remember(self.url, digest, self.blob_stamp(digest))
         return digest, size
+
+    def refresh(self) -> None:
+        """Object stores: forget every listing and object info the client cached, so the next
+        reads ask the store (a gc must not decide on a listing older than itself)."""
+        if not self.local:
+            with contextlib.suppress(Exception):
+                self.fs.invalidate_cache()
 
     def record_claims(self, txn: Txn, digests: set[str]) -> None:
         """Object stores, before a write publishes: name in its lease the blobs it references

@@ -261,17 +261,18 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
         return {"cancelled": True}
     if pid == 0:  # the child: never returns
         code = 1
+        sending = threading.RLock()  # one message at a time: the write's pool threads claim too
+
+        def send(msg: dict[str, Any]) -> None:
+            with sending:
+                _send(up_w, msg)
+
         try:
             os.close(up_r)
             os.close(down_w)
             _child_setup()
             before = _good(store_url)
             done_with = _GiveBack(_early_ok)
-            sending = threading.Lock()  # the write's pool threads claim blobs too
-
-            def send(msg: dict[str, Any]) -> None:
-                with sending:
-                    _send(up_w, msg)
 
             def learnt(url: str, digest: str, stamp: Any) -> None:
                 # A claim refreshes a blob's time, so the stamp the parent holds goes stale: it
@@ -292,11 +293,11 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
 
             res = write(guard, done_with if _give_back_ok else None)
             send({"done": {"checkpoint_id": res.checkpoint_id,
-                                  "bytes_written": res.bytes_written,
-                                  "bytes_total": res.bytes_total,
-                                  "bytes_given_back": done_with.given},
-                         "cache": (cache.store_url, cache.chunks, cache.storage_hashes,
-                                   cache.pack_of),
+                           "bytes_written": res.bytes_written,
+                           "bytes_total": res.bytes_total,
+                           "bytes_given_back": done_with.given},
+                  "cache": (cache.store_url, cache.chunks, cache.storage_hashes,
+                            cache.pack_of),
                   "good": [(d, st) for d, st in _good(store_url).items()
                            if before.get(d) != st]})
             goodblobs.on_remember = None  # the parent reads no more
@@ -305,10 +306,11 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
                 with contextlib.suppress(Exception):  # a clean-up: the next round does it
                     after()
         except BaseException as e:  # noqa: BLE001 - told to the parent, then exit
+            goodblobs.on_remember = None
             with contextlib.suppress(BaseException):
-                _send(up_w, {"cancelled": True} if isinstance(e, KeyboardInterrupt)
-                      else {"error": f"{type(e).__name__}: {e}"[:400],
-                            "gave_back": bool(_kept) and _bad_address(e)})
+                send({"cancelled": True} if isinstance(e, KeyboardInterrupt)
+                     else {"error": f"{type(e).__name__}: {e}"[:400],
+                           "gave_back": bool(_kept) and _bad_address(e)})
         finally:
             os._exit(code)
     os.close(up_w)
@@ -403,7 +405,7 @@ def crashed(sig: int | None) -> str:
         then = "; this kernel's autosaves now give memory back only once it is pickled"
     elif _give_back_ok:
         _give_back_ok = False
-        then = "; this kernel's autosaves no longer give memory back early"
+        then = "; this kernel's autosaves no longer give memory back"
     else:
         then = ""
     return then if sig is None else f"the autosave's writer crashed ({signal.Signals(sig).name}){then}"

@@ -10,6 +10,7 @@ the claims before and after a removal: the last tests put the gc on either side 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -257,3 +258,83 @@ def test_an_object_store_blob_a_dead_gc_left_aside_is_recovered(object_server, k
     for path, aside in store.set_aside_files(time.time() + 60):
         store.put_aside_back(path, aside)
     assert store.has_blob(digest) and not store.fs.exists(held[0][2])
+
+
+def test_an_object_store_gc_keeps_a_blob_whose_write_published_while_it_removed_it(
+        object_server, key, monkeypatch):
+    """The write recorded its claim after the gc's first reading, then published and dropped
+    its lease while the gc was removing blobs: the gc's second reading finds no claim, but the
+    manifest names the blob (a write publishes before it drops its lease), so it goes back."""
+    from jupyter_pause.checkpoint import collect as collect_mod
+
+    store, cache, x, digest, _ = _remote_orphan(object_server, key, "claims-published")
+    real_record, real_live, real_claims = (Store.record_claims, collect_mod._live_leases,
+                                           collect_mod.active_claims)
+    removed, go = threading.Event(), threading.Event()
+    outs: list[Any] = []
+
+    def second_reading(s: Store) -> set[str]:
+        removed.set()  # the blobs are gone, copies aside: the write now publishes
+        assert go.wait(60)
+        return real_claims(s)
+
+    def then_gc(self: Store, txn: Any, digests: set[str]) -> None:
+        real_record(self, txn, digests)
+        first = [True]
+
+        def live(s: Store) -> Any:  # the gc's first reading came before that record
+            if first:
+                first.clear()
+                return []
+            return real_live(s)
+
+        monkeypatch.setattr(collect_mod, "_live_leases", live)
+        monkeypatch.setattr(collect_mod, "active_claims", second_reading)
+
+        def run() -> None:
+            try:
+                outs.append(collect_mod.collect(store, {digest}))
+            except BaseException as e:  # noqa: BLE001 - shown by the assertion below
+                outs.append(e)
+
+        threading.Thread(target=run, daemon=True).start()
+        assert removed.wait(60)
+        assert not store.has_blob(digest)
+
+    monkeypatch.setattr(Store, "record_claims", then_gc)
+    res = write({"x": x}, store, key=key, cache=cache)  # publishes, drops its lease
+    go.set()
+    deadline = time.monotonic() + 60
+    while not outs and time.monotonic() < deadline:
+        time.sleep(0.01)
+    monkeypatch.undo()
+    assert outs and isinstance(outs[0], dict), outs
+    assert outs[0]["removed"] == [] and store.has_blob(digest)
+    assert np.array_equal(read(store, key=key, checkpoint_id=res.checkpoint_id).values["x"], x)
+
+
+def test_an_object_store_gc_that_fails_half_way_puts_back_what_it_removed(
+        object_server, key, monkeypatch):
+    """A gc stopped by an error (or an interruption) after it removed some blobs puts them back
+    before it gives up: whatever the reason, nothing a claim may count on is lost."""
+    store, cache, x, digest, _ = _remote_orphan(object_server, key, "claims-fail")
+    other = write({"y": np.ones(200_000)}, store, key=key)
+    (second,) = [d for d in other.manifest.blobs if other.manifest.blobs[d]["size"] >= 1_600_000]
+    store.remove(store.manifest_path("default", other.checkpoint_id))
+    real = Store.collect_blob
+    calls: list[str] = []
+
+    def then_fail(self: Store, d: str, cutoff: float, held: Any = None) -> Any:
+        calls.append(d)
+        if len(calls) == 2:
+            raise RuntimeError("the store went away")
+        return real(self, d, time.time() + 60, held)
+
+    monkeypatch.setattr(Store, "collect_blob", then_fail)
+    with pytest.raises(RuntimeError, match="went away"):
+        collect(store, {digest, second})
+    monkeypatch.undo()
+    assert store.has_blob(calls[0])  # removed first, then put back
+    store.refresh()
+    folder = store.blob_path(calls[0]).rsplit("/", 1)[0]
+    assert not [n for n in store.fs.ls(folder, detail=False) if GC_ASIDE in n]
