@@ -169,6 +169,22 @@ def _remote_orphan(object_server: Any, key: bytes, name: str) -> tuple[Store, An
     return store, cache, x, digest, res
 
 
+def _first_reading_misses_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gc's first reading of the leases (the next one) came before the write recorded its
+    claim: it sees no lease; later readings see the store as it is."""
+    from jupyter_pause.checkpoint import collect as collect_mod
+
+    real, first = collect_mod._live_leases, [True]
+
+    def live(s: Store) -> Any:
+        if first:
+            first.clear()
+            return []
+        return real(s)
+
+    monkeypatch.setattr(collect_mod, "_live_leases", live)
+
+
 def test_an_object_store_write_whose_reused_blob_a_gc_removed_publishes_nothing(
         object_server, key, monkeypatch):
     """The gc read the claims before this write recorded its own and removed the blob before
@@ -214,15 +230,7 @@ def test_an_object_store_gc_puts_back_a_blob_claimed_while_it_removed_it(
 
     def then_gc(self: Store, txn: Any, digests: set[str]) -> None:
         real_record(self, txn, digests)  # recorded, and the blob is there
-        first = [True]
-
-        def live(s: Store) -> Any:  # the gc's first reading came before that record
-            if first:
-                first.clear()
-                return []
-            return real_live(s)
-
-        monkeypatch.setattr(collect_mod, "_live_leases", live)
+        _first_reading_misses_it(monkeypatch)
         monkeypatch.setattr(Store, "delete_blob", deleting)
         outs.append(collect_mod.collect(store, {digest}))
         monkeypatch.setattr(collect_mod, "_live_leases", real_live)
@@ -268,8 +276,7 @@ def test_an_object_store_gc_keeps_a_blob_whose_write_published_while_it_removed_
     from jupyter_pause.checkpoint import collect as collect_mod
 
     store, cache, x, digest, _ = _remote_orphan(object_server, key, "claims-published")
-    real_record, real_live, real_claims = (Store.record_claims, collect_mod._live_leases,
-                                           collect_mod.active_claims)
+    real_record, real_claims = Store.record_claims, collect_mod.active_claims
     removed, go = threading.Event(), threading.Event()
     outs: list[Any] = []
 
@@ -280,15 +287,7 @@ def test_an_object_store_gc_keeps_a_blob_whose_write_published_while_it_removed_
 
     def then_gc(self: Store, txn: Any, digests: set[str]) -> None:
         real_record(self, txn, digests)
-        first = [True]
-
-        def live(s: Store) -> Any:  # the gc's first reading came before that record
-            if first:
-                first.clear()
-                return []
-            return real_live(s)
-
-        monkeypatch.setattr(collect_mod, "_live_leases", live)
+        _first_reading_misses_it(monkeypatch)
         monkeypatch.setattr(collect_mod, "active_claims", second_reading)
 
         def run() -> None:
