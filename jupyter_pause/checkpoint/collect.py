@@ -138,8 +138,7 @@ def collect(
             sizes[digest] = size or 0
             freed += size or 0
     except BaseException:
-        for _, path, aside in held:  # failed or stopped half-way: nothing is lost
-            store.put_aside_back(path, aside)
+        _put_back(store, held)  # failed or stopped half-way: nothing is lost
         raise
     if held:
         # A write that claimed one of them after the claims above were read has either seen it
@@ -151,8 +150,7 @@ def collect(
             keep = active_claims(store)
             keep |= referenced(store)
         except BaseException:
-            for _, path, aside in held:
-                store.put_aside_back(path, aside)
+            _put_back(store, held)
             raise
         for digest, path, aside in held:
             if digest in keep:
@@ -171,6 +169,11 @@ def collect(
         "referenced": len(refs),
         "dry_run": dry_run,
     }
+
+
+def _put_back(store: Store, held: list[tuple[str, str, str]]) -> None:
+    for _, path, aside in held:
+        store.put_aside_back(path, aside)
 
 
 def _collect_temps(store: Store, active: set[str], cutoff: float, dry_run: bool) -> int:

@@ -12,8 +12,9 @@ pool, torch's OpenMP threads: they have no threads in the child, see ``_child_se
 thread when CUDA is initialized), write on the kernel's stdout/stderr (ipykernel would forward
 it to the notebook), or run the parent's exit handlers (``os._exit``). It publishes only when
 the parent says so (``may_publish``, checked under the autosave's lock), and never once the
-parent is gone (the answer is then an end of file). What its write learnt (the change cache,
-the blobs known good) is sent back, so the next pause writes only what changed since.
+parent is gone (the answer is then an end of file). What its write learnt (the change cache
+at the end; each blob known good as it comes, see ``learnt``) is sent back, so the next pause
+writes only what changed since.
 
 Giving memory back (:func:`_give_back`): while the child lives, every page it shares with the
 kernel is copied on the kernel's first write to it, so a cell that changes a 30 MB tensor took
@@ -134,13 +135,6 @@ def _child_setup() -> None:
     if torch is not None:
         with contextlib.suppress(Exception):
             torch.set_num_threads(1)
-
-
-def _good(store_url: str) -> dict[str, Any]:
-    """The blobs of ``store_url`` this process knows good (goodblobs' own table: the child
-    tells the parent what its write added)."""
-    with goodblobs._lock:
-        return {d: st for (url, d), st in goodblobs._good.items() if url == store_url}
 
 
 _frozen = False  # the collector is frozen by us and not thawed yet
@@ -271,7 +265,6 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
             os.close(up_r)
             os.close(down_w)
             _child_setup()
-            before = _good(store_url)
             done_with = _GiveBack(_early_ok)
 
             def learnt(url: str, digest: str, stamp: Any) -> None:
@@ -297,9 +290,7 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
                            "bytes_total": res.bytes_total,
                            "bytes_given_back": done_with.given},
                   "cache": (cache.store_url, cache.chunks, cache.storage_hashes,
-                            cache.pack_of),
-                  "good": [(d, st) for d, st in _good(store_url).items()
-                           if before.get(d) != st]})
+                            cache.pack_of)})
             goodblobs.on_remember = None  # the parent reads no more
             code = 0
             if after is not None:
@@ -350,8 +341,6 @@ def write_in_child(write: Callable[[Callable[[Any], Any], Any], Any], store_url:
         url, chunks, hashes, pack_of = msg["cache"]
         cache.bind(url)
         cache.chunks, cache.storage_hashes, cache.pack_of = chunks, hashes, pack_of
-        for digest, stamp in msg.get("good") or []:
-            goodblobs.remember(store_url, digest, stamp)
     return msg
 
 
