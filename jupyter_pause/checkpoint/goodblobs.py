@@ -26,9 +26,10 @@ _good: OrderedDict[tuple[str, str], Stamp] = OrderedDict()
 _lock = threading.Lock()
 
 
-# Told of each blob remembered (a forked writer forwards them to its parent as they come, so a
-# child that dies mid-write does not leave the parent with stamps its claims made stale).
-on_remember: Callable[[str, str, Stamp], None] | None = None
+# Told of each blob remembered, and forgotten (stamp None): a forked writer forwards them to its
+# parent as they come, so a child that dies mid-write does not leave the parent with stamps its
+# claims made stale, nor trusting a blob the child found damaged.
+on_remember: Callable[[str, str, Stamp | None], None] | None = None
 
 
 def remember(store_url: str, digest: str, stamp: Stamp | None) -> None:
@@ -56,6 +57,9 @@ def is_good(store_url: str, digest: str, stamp: Stamp | None) -> bool:
 def forget(store_url: str, digest: str) -> None:
     with _lock:
         _good.pop((store_url, digest), None)
+    hook = on_remember
+    if hook is not None:
+        hook(store_url, digest, None)
 
 
 def forget_all() -> None:

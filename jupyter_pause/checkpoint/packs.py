@@ -50,6 +50,11 @@ class TensorPacks:
         # storage _cdata -> (xxh3, old entry or None), hashed before the pickling (prehash)
         self.early: dict[int, tuple[str, dict[str, Any] | None]] = {}
         self.addresses: dict[int, int] = {}  # entry index -> a CPU storage's address
+        # A local store's old packs can be read back cheaply: a storage given back before its
+        # pack is sure to be kept is then rewritten from there (tensors.StoredBytes), so no
+        # give-back waits for the pack's fate. An object store's would be a download: there
+        # storages wait until their pack is sure to be kept.
+        self.from_store = bool(getattr(getattr(run, "store", None), "local", False))
 
     def add(self, us: Any, dtype: str) -> int:
         gi = len(self.entries)
@@ -137,10 +142,12 @@ class TensorPacks:
 
     def _reused(self, old: dict[str, Any], us: Any, *, count: bool = True,
                 hold: bool = False) -> None:
-        """A storage reuses ``old``'s bytes. Once its old pack is sure to be kept (at least half
-        of it reused, as _settle_reuse decides; that only grows), its storages are handed to
-        ``give_back``: no storage of a pack that may still be rewritten is ever given back.
-        ``count``: add its bytes to the pack's use (once per storage); ``hold``: not yet."""
+        """A storage reuses ``old``'s bytes: it is handed to ``give_back`` at once when the
+        store is local (``from_store``: if its pack is rewritten after all, _settle_reuse reads
+        it from there), else once its old pack is sure to be kept (at least half of it reused,
+        as _settle_reuse decides; that only grows), so that no memory is given back that a
+        rewrite would read. ``count``: add its bytes to the pack's use (once per storage);
+        ``hold``: not yet."""
         blob = old["blob"]
         if count:
             self.used[blob] = self.used.get(blob, 0) + us.nbytes()
@@ -148,7 +155,8 @@ class TensorPacks:
         if not hold:
             waiting.append(us)
         pack_size = old.get("pack_size")
-        if not isinstance(pack_size, int) or self.used[blob] * 2 < pack_size:
+        if not self.from_store and (not isinstance(pack_size, int)
+                                    or self.used[blob] * 2 < pack_size):
             return
         ready = [s for s in waiting if self._unread(s)]
         waiting.clear()
@@ -213,22 +221,29 @@ class TensorPacks:
     def _settle_reuse(self) -> None:
         """Reference an old pack only while at least half of it is still in use; otherwise
         rewrite its few unchanged storages, so a checkpoint never pins (and a restore never
-        reads) a whole old pack for a handful of bytes. Bounds the waste at 2x. (A storage
-        given back was in a pack kept here: see _reused. A pack one of whose saved storages
-        was given back is kept even below half: prehash counted storages the pickling may not
-        save after all, a variable skipped, and that storage's bytes are no longer in memory.)"""
+        reads) a whole old pack for a handful of bytes. Bounds the waste at 2x.
+
+        A storage whose memory was given back (see _reused) is rewritten from the old pack in
+        a local store. Elsewhere its pack is kept even below half: prehash counted storages the
+        pickling may not save after all (a variable skipped), and those bytes are no longer in
+        memory."""
         run = self.run
         for blob, items in self.reuse.items():
             used = sum(us.nbytes() for _, us, _ in items)
             pack_size = self.entries[items[0][0]]["pack_size"]
-            if used * 2 >= pack_size or any(us._cdata in self.given for _, us, _ in items):
+            if used * 2 >= pack_size or (not self.from_store and any(
+                    us._cdata in self.given for _, us, _ in items)):
                 run.blobs[blob] = {"size": pack_size, "kind": "tensors"}
                 run.add_done(used)
                 run.known += used
                 continue
-            for gi, us, dtype in items:  # never handed to give_back: its pack is not kept
-                self.entries[gi] = self._new_entry(gi, us, dtype, self.entries[gi].get("xxh3"))
-                self.pending.append((gi, us, dtype))
+            for gi, us, dtype in items:
+                old, src = self.entries[gi], us
+                if us._cdata in self.given:  # its memory is gone: copied from the old pack
+                    src = tensors.StoredBytes(run.store.url, blob, run.store.blob_path(blob),
+                                              old["name"], us.nbytes(), old["xxh3"])
+                self.entries[gi] = self._new_entry(gi, us, dtype, old.get("xxh3"))
+                self.pending.append((gi, src, dtype))
                 self.pending_bytes += us.nbytes()
         self.reuse.clear()
 

@@ -7,13 +7,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import os
 import struct
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
-from .errors import CheckpointError
+from . import goodblobs, localfs
+from .errors import CheckpointError, IntegrityError
 
 # safetensors dtype names; anything else is stored as raw bytes (U8) with the real dtype in the
 # manifest, since pack entries are whole untyped storages anyway.
@@ -109,7 +111,8 @@ def pack_chunks(entries: list[tuple[str, Any, str]],
                 record: Callable[[str, str], None] | None = None,
                 hash_names: Any = ()) -> Iterator[Any]:
     """Yield the bytes of a pack: header, then each storage (a device storage copied to host a
-    piece at a time, so a checkpoint of a GPU model needs no host copy of a whole tensor).
+    piece at a time, so a checkpoint of a GPU model needs no host copy of a whole tensor; a
+    :class:`StoredBytes` read back from the store).
 
     Storages named in ``hash_names`` are hashed (xxh3) piece by piece as they are handed to the
     writer and ``record(name, xxh3)`` is called after each: a storage no earlier entry could
@@ -119,6 +122,9 @@ def pack_chunks(entries: list[tuple[str, Any, str]],
     yield head
     for us in storages:
         name = names[id(us)]
+        if isinstance(us, StoredBytes):
+            yield from us.pieces()  # checked against its xxh3 as it is read
+            continue
         if us.device.type != "cpu":
             pieces = host_pieces(us, purpose="write")
         else:
@@ -147,6 +153,63 @@ def host_pieces(us: Any, piece: int = HOST_PIECE, purpose: str = "hash") -> Iter
         DEVICE_COPIES.add(purpose, host.numel())
         # numpy's stubs declare ndarray.__buffer__ for Python >= 3.12 only
         yield memoryview(host.numpy())  # type: ignore[arg-type]
+
+
+class StoredBytes:
+    """A storage's bytes as an earlier pack in a local store holds them, to be copied into a
+    new pack instead of read from memory (a forked writer has given that memory back: see
+    packs.TensorPacks). The pack file is store input: its header is checked like a restore's,
+    and the bytes must have the xxh3 the storage had in memory, or the write fails (and the
+    pack is no longer trusted as good)."""
+
+    def __init__(self, store_url: str, digest: str, path: str, name: str, nbytes: int,
+                 xxh3: str) -> None:
+        self.store_url, self.digest, self.path = store_url, digest, path
+        self.name, self.n, self.xxh3 = name, nbytes, xxh3
+
+    def nbytes(self) -> int:
+        return self.n
+
+    def pieces(self) -> Iterator[bytes]:
+        import xxhash
+
+        try:
+            fd = localfs.open_regular(self.path)
+        except (OSError, IntegrityError):  # gone or replaced by something else
+            self._bad()
+        try:
+            size = os.fstat(fd).st_size
+            head = os.pread(fd, 8, 0)
+            hlen = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+            if not 0 <= hlen <= min(size - 8, MAX_HEADER):
+                self._bad()
+            header = os.pread(fd, hlen, 8)
+            if len(header) != hlen:
+                self._bad()
+            try:
+                base, offsets = pack_offsets(header, size - 8 - hlen)
+            except CheckpointError:
+                self._bad()
+            start, end = offsets.get(self.name, (0, -1))
+            if end - start != self.n:
+                self._bad()
+            h = xxhash.xxh3_128()
+            for a in range(start, end, HASH_PIECE):
+                piece = os.pread(fd, min(HASH_PIECE, end - a), base + a)
+                if len(piece) != min(HASH_PIECE, end - a):  # cut short since the header
+                    self._bad()
+                h.update(piece)
+                yield piece
+            if h.hexdigest() != self.xxh3:
+                self._bad()
+        finally:
+            os.close(fd)
+
+    def _bad(self) -> NoReturn:
+        goodblobs.forget(self.store_url, self.digest)  # the next write writes it from memory
+        raise IntegrityError(f"tensor pack {self.digest[:16]} in {self.store_url} no longer "
+                             f"holds {self.name} as it was written; this write is abandoned "
+                             "and the next one writes it again")
 
 
 def storage_xxh3(us: Any) -> str:
@@ -234,36 +297,48 @@ class _Dict:
         return self.d[name]
 
 
+MAX_HEADER = 100 << 20  # safetensors' own bound on a header
+
+
+def _malformed() -> CheckpointError:
+    return CheckpointError("tensor pack is malformed")
+
+
+def pack_offsets(header: Any, data_len: int) -> tuple[int, dict[str, tuple[int, int]]]:
+    """The data's offset in the file and each storage's (start, end) in the data, from a pack's
+    JSON header (store input: every range checked to lie within the ``data_len`` bytes)."""
+    try:
+        parsed = json.loads(bytes(header))
+    except (ValueError, RecursionError):
+        raise _malformed() from None
+    if not isinstance(parsed, dict):
+        raise _malformed()
+    entries: dict[str, tuple[int, int]] = {}
+    for name, e in parsed.items():
+        if name == "__metadata__":
+            continue
+        try:
+            start, end = (int(x) for x in e["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise _malformed() from None
+        if not 0 <= start <= end <= data_len:
+            raise _malformed()
+        entries[name] = (start, end)
+    return 8 + len(header), entries
+
+
 class _BufferPack:
     """A safetensors pack parsed from the buffer whose digest was checked: every storage is a
     zero-copy view of that buffer, so nothing is read from the file again after verification."""
 
     def __init__(self, buf: Any) -> None:
         self.buf = buf
-        bad = CheckpointError("tensor pack is malformed")
         if len(buf) < 8:
-            raise bad
+            raise _malformed()
         (hlen,) = struct.unpack_from("<Q", buf, 0)
         if hlen > len(buf) - 8:
-            raise bad
-        try:
-            header = json.loads(bytes(buf[8 : 8 + hlen]))
-        except (ValueError, RecursionError):
-            raise bad from None
-        if not isinstance(header, dict):
-            raise bad
-        self.base = 8 + hlen
-        self.entries: dict[str, tuple[int, int]] = {}
-        for name, e in header.items():
-            if name == "__metadata__":
-                continue
-            try:
-                start, end = (int(x) for x in e["data_offsets"])
-            except (KeyError, TypeError, ValueError):
-                raise bad from None
-            if not 0 <= start <= end <= len(buf) - self.base:
-                raise bad
-            self.entries[name] = (start, end)
+            raise _malformed()
+        self.base, self.entries = pack_offsets(buf[8 : 8 + hlen], len(buf) - 8 - hlen)
 
     def get_tensor(self, name: str) -> Any:
         import torch

@@ -19,9 +19,10 @@ writes only what changed since.
 Giving memory back (:func:`_give_back`): while the child lives, every page it shares with the
 kernel is copied on the kernel's first write to it, so a cell that changes a 30 MB tensor took
 40-65 ms instead of 1 ms (a transparent huge page is split, then copied 4 KiB at a time). Once
-the engine has hashed a storage it reuses unchanged, knows its old pack stays referenced, and
-no later read of the write covers it (``checkpoint.packs``), the write does not read it again;
-the child maps it away, so the kernel's later writes to it copy nothing. The engine hashes the
+the engine has hashed a storage it reuses unchanged and no later read of the write covers it
+(``checkpoint.packs``; a rewrite of its old pack copies it from the store, locally, and on an
+object store it waits until its pack is sure to be kept), the write does not read its memory
+again; the child maps it away, so the kernel's later writes to it copy nothing. The engine hashes the
 storages the walk found before it pickles anything (``TensorPacks.prehash``), so that comes
 about 0.2 s after the fork for 4 GiB, the time it takes to read them once. Mapped to an inaccessible
 reservation, not ``MADV_DONTNEED``: a read of that memory by anything we missed ends the child
@@ -98,13 +99,16 @@ def _recv(fd: int) -> dict[str, Any] | None:
 
 
 def _recv_learning(fd: int, store_url: str) -> dict[str, Any] | None:
-    """The child's next message, remembering on the way the blob stamps it learnt."""
+    """The child's next message, remembering (or forgetting) on the way the blobs it learnt of."""
     while True:
         msg = _recv(fd)
         if msg is None or "learnt" not in msg:
             return msg
         digest, stamp = msg["learnt"]
-        goodblobs.remember(store_url, digest, stamp)
+        if stamp is None:  # the child found it damaged or dropped it
+            goodblobs.forget(store_url, digest)
+        else:
+            goodblobs.remember(store_url, digest, stamp)
 
 
 def _child_setup() -> None:

@@ -58,3 +58,18 @@ def fs_type(path: str) -> str:
             if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
                 best, kind = mnt, fstype
     return kind
+
+
+def flip_a_byte_of_each_storage(path: str) -> None:
+    """Damage a tensor pack in place: the first byte of every storage's data is flipped."""
+    from jupyter_pause.checkpoint.tensors import pack_offsets
+
+    with open(path, "r+b") as f:
+        hlen = int.from_bytes(f.read(8), "little")
+        base, offsets = pack_offsets(f.read(hlen), os.path.getsize(path) - 8 - hlen)
+        for start, end in offsets.values():
+            if end > start:
+                f.seek(base + start)
+                b = f.read(1)
+                f.seek(base + start)
+                f.write(bytes([b[0] ^ 1]))

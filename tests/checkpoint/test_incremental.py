@@ -10,6 +10,8 @@ import pytest
 from jupyter_pause.checkpoint import WriteCache, gc, read, write
 from jupyter_pause.checkpoint.tensors import storage_xxh3
 
+from .helpers import flip_a_byte_of_each_storage
+
 
 def _blobs_on_disk(store):
     root = os.path.join(store.root, "blobs")
@@ -296,18 +298,27 @@ def test_done_with_names_only_storages_the_write_will_not_read_again(store, key)
     got["view"][0] = 5.0
     assert float(got["ps"][3][0]) == 5.0
     # Most storages of a pack changed: the few unchanged ones are written again (a checkpoint
-    # never pins an old pack for a handful of bytes), so none of them is given back first.
+    # never pins an old pack for a handful of bytes). Their memory was given back before that
+    # was known, so they are copied from the old pack in the store, not from memory.
     for i in range(10):
         if i not in (0, 1):
             ps[i].data[9] += 1.0
+    expected = [float(p[9]) for p in ps]
     prev = {e["xxh3"]: e["blob"] for e in r.manifest.tensors}
-    calls.clear()
-    r = write(ns, store, key=key, cache=cache, done_with=done_with)
-    now = {e["xxh3"]: e["blob"] for e in r.manifest.tensors}
     same = [storage_xxh3(ps[i].untyped_storage()) for i in (0, 1)]
-    assert all(now[x] != prev[x] for x in same) and calls == []
+    calls.clear()
+
+    def gone(storages):
+        done_with(storages)
+        for us in storages:  # as a forked writer's memory is gone: a read from memory sees this
+            torch.empty(0, dtype=torch.uint8).set_(us).fill_(0xFF)
+
+    r = write(ns, store, key=key, cache=cache, done_with=gone)
+    now = {e["xxh3"]: e["blob"] for e in r.manifest.tensors}
+    assert all(now[x] != prev[x] for x in same)
+    assert sorted(index[a] for a in calls) == [0, 1]
     got = read(store, key=key, checkpoint_id=r.checkpoint_id).values
-    assert [float(p[9]) for p in got["ps"]] == [float(p[9]) for p in ps]
+    assert [float(p[9]) for p in got["ps"]] == expected
 
 _EVENTS: list[str] = []
 
@@ -367,34 +378,70 @@ def test_done_with_gets_reused_storages_before_the_pickling_starts(store, key, m
         ps[0].untyped_storage().data_ptr()]
 
 
-def test_a_pack_whose_memory_was_given_back_is_kept_though_little_of_it_is_saved(store, key):
-    """prehash counts every storage the walk found; if the pickling then saves fewer (a variable
-    that cannot be pickled any more is skipped), the old pack is still referenced, never
-    rewritten from memory that a forked writer has given back (it would read a hole)."""
-    torch = pytest.importorskip("torch")
+def _skipped_half(store, key, torch):
+    """Two variables in one 8 MiB pack, written; then ``b`` (5 of the 8 MiB) can no longer be
+    pickled. Returns the namespace, its cache, the pack's digest and clones of ``a``."""
     a = [torch.full((1 << 18,), float(i)) for i in range(3)]
     b = [torch.full((1 << 18,), float(10 + i)) for i in range(5)]
     ns = {"a": a, "b": {"ts": b}}
     cache = WriteCache()
     r1 = write(ns, store, key=key, cache=cache)
-    pack = {e["blob"] for e in r1.manifest.tensors}
-    assert len(pack) == 1  # one pack of 8 MiB
+    (pack,) = {e["blob"] for e in r1.manifest.tensors}  # one pack
     ns["b"]["g"] = (i for i in range(3))  # b can no longer be pickled: skipped
+    return ns, cache, pack, [t.clone() for t in a]
+
+
+def test_a_pack_whose_memory_was_given_back_is_rewritten_from_the_store(store, key):
+    """prehash gives back every unchanged storage the walk found before the pickling decides
+    whether its old pack is kept. When the pickling saves too little of the pack (a variable
+    skipped), the storages it does save are copied from the old pack in the store, never from
+    memory a forked writer has given back (it would read a hole)."""
+    torch = pytest.importorskip("torch")
+    ns, cache, pack, expected = _skipped_half(store, key, torch)
     given: list[int] = []
-    expected = [t.clone() for t in a]
 
     def done_with(storages):
         given.extend(us.data_ptr() for us in storages)
-        for us in storages:  # as a forked writer's memory is gone: a rewrite would save this
+        for us in storages:  # as a forked writer's memory is gone: a read from memory sees this
             torch.empty(0, dtype=torch.uint8).set_(us).fill_(0xFF)
 
     r2 = write(ns, store, key=key, cache=cache, done_with=done_with)
     assert len(given) == 8  # all of them, before the pickling found b unpicklable
     assert {v.name: v.status for v in r2.variables}["b"] == "skipped"
-    # 3 of 8 MiB used: without give-back this pack would be rewritten; here it is kept
-    assert {e["blob"] for e in r2.manifest.tensors} == pack
-    assert r2.bytes_written < 1 << 20, r2.bytes_written
+    # 3 of 8 MiB used: rewritten (the old pack is not pinned), from the store
+    assert pack not in {e["blob"] for e in r2.manifest.tensors}
+    assert 3 << 20 <= r2.bytes_written < 4 << 20, r2.bytes_written
     got = read(store, key=key, checkpoint_id=r2.checkpoint_id).values["a"]
+    assert all(torch.equal(x, y) for x, y in zip(got, expected, strict=True))
+
+
+def test_an_old_pack_damaged_under_a_rewrite_from_the_store_fails_the_write(store, key):
+    """The old pack is store input: bytes copied from it must hash as the storage's memory did.
+    A pack damaged after the write judged it good (in place, keeping its stamp) fails the write
+    before it publishes anything, and the pack is no longer trusted: the next write (with
+    the memory still there) writes everything from memory."""
+    torch = pytest.importorskip("torch")
+    from jupyter_pause.checkpoint import IntegrityError, goodblobs
+
+    ns, cache, pack, expected = _skipped_half(store, key, torch)
+    path = store.blob_path(pack)
+
+    damaged: list[bool] = []
+
+    def done_with(storages):  # memory kept; the pack is damaged once the write trusts it
+        if damaged:
+            return
+        damaged.append(True)
+        flip_a_byte_of_each_storage(path)
+
+    before = set(store.manifest_files())
+    with pytest.raises(IntegrityError, match="no longer holds"):
+        write(ns, store, key=key, cache=cache, done_with=done_with)
+    assert set(store.manifest_files()) == before  # nothing published
+    assert (store.url, pack) not in goodblobs._good  # forgotten, whatever its stamp says
+    r = write(ns, store, key=key, cache=cache)
+    assert pack not in {e["blob"] for e in r.manifest.tensors}
+    got = read(store, key=key, checkpoint_id=r.checkpoint_id).values["a"]
     assert all(torch.equal(x, y) for x, y in zip(got, expected, strict=True))
 
 

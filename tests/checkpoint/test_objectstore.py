@@ -213,6 +213,50 @@ def test_tensor_packs_are_cut_to_the_stores_pack_size(object_server, key):
     torch.testing.assert_close(rr.values["big"], ns["big"])
 
 
+def test_a_forked_writer_gives_back_an_object_stores_storages_only_from_packs_it_keeps(
+        object_server, key):
+    """On an object store a pack is not read back to be rewritten (it would be a download): a
+    forked writer (``done_with``) gives back a storage only once its old pack is sure to be kept,
+    and keeps such a pack even when the pickling then saves less than half of it (a variable
+    skipped), rather than rewrite bytes it no longer has in memory. Locally the same write
+    copies them from the old pack (test_incremental)."""
+    torch = pytest.importorskip("torch")
+    from jupyter_pause.checkpoint import WriteCache
+
+    store = _store(object_server, path="giveback")
+    a = [torch.full((1 << 18,), float(i)) for i in range(3)]  # 1 MiB each, one pack of 8
+    b = [torch.full((1 << 18,), float(10 + i)) for i in range(5)]
+    ns = {"a": a, "b": {"ts": b}}
+    cache = WriteCache()
+    r1 = write(ns, store, key=key, cache=cache)
+    (pack,) = {e["blob"] for e in r1.manifest.tensors}
+    given: list[int] = []
+
+    def done_with(storages):
+        given.extend(us.data_ptr() for us in storages)
+        for us in storages:  # as a forked writer's memory is gone: a rewrite would save this
+            torch.empty(0, dtype=torch.uint8).set_(us).fill_(0xFF)
+
+    # 6 of the 8 changed: the pack falls below half and its 2 unchanged storages are rewritten,
+    # from memory, so neither is given back
+    for t in (*a[2:], *b):
+        t.add_(100.0)  # to bytes no pack holds
+    r2 = write(ns, store, key=key, cache=cache, done_with=done_with)
+    assert given == [] and pack not in {e["blob"] for e in r2.manifest.tensors}
+    expected = [t.clone() for t in a]
+    # now b cannot be pickled: prehash gave back all 8 (half of each pack reused), the pickling
+    # saves 3: the packs are kept as they are
+    ns["b"]["g"] = (i for i in range(3))
+    r3 = write(ns, store, key=key, cache=cache, done_with=done_with)
+    assert len(given) == 8, len(given)
+    assert {v.name: v.status for v in r3.variables}["b"] == "skipped"
+    assert {e["blob"] for e in r3.manifest.tensors} <= {e["blob"] for e in r2.manifest.tensors}
+    assert r3.bytes_written < 1 << 20, r3.bytes_written
+    got = read(_store(object_server, path="giveback"), key=key,
+               checkpoint_id=r3.checkpoint_id).values["a"]
+    assert all(torch.equal(x, y) for x, y in zip(got, expected, strict=True))
+
+
 def test_a_failed_upload_is_aborted_and_the_previous_checkpoint_stays(object_server, key,
                                                                       monkeypatch):
     srv = object_server
