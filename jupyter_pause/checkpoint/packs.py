@@ -107,13 +107,15 @@ class TensorPacks:
 
     def prehash(self, storages: list[Any]) -> None:
         """A forked writer, before any pickling: hash the CPU storages the walk found that may
-        be reused, and give back the memory of the unchanged ones as soon as their old pack is
-        sure to be kept (see _reused), instead of after the pickling has met them all.
+        be reused, and give back the memory of the unchanged ones as soon as that is safe (see
+        _reused: at once in a local store, else once their old pack is sure to be kept),
+        instead of after the pickling has met them all.
 
         Why: until then a cell that writes one of them copies it (see kernel.forkwrite). The
-        storages are hashed grouped by the pack each was in last time (``cache.pack_of``: a
-        pack is kept once half of it is known reused), on two threads (xxhash lets go
-        of the interpreter lock). ``add`` takes each result: the memory may be gone by then.
+        storages are hashed grouped by the pack each was in last time (``cache.pack_of``: on an
+        object store a pack is kept once half of it is known reused), on two threads (xxhash
+        lets go of the interpreter lock). ``add`` takes each result: the memory may be gone by
+        then.
 
         Only storages whose memory torch allocated itself are given back this early: one over
         other memory (``torch.frombuffer`` of a bytearray, ``from_numpy``, a restored pack) may
@@ -240,8 +242,8 @@ class TensorPacks:
             for gi, us, dtype in items:
                 old, src = self.entries[gi], us
                 if us._cdata in self.given:  # its memory is gone: copied from the old pack
-                    src = tensors.StoredBytes(run.store.url, blob, run.store.blob_path(blob),
-                                              old["name"], us.nbytes(), old["xxh3"])
+                    src = tensors.StoredBytes(run.store, blob, old["name"], us.nbytes(),
+                                              old["xxh3"])
                 self.entries[gi] = self._new_entry(gi, us, dtype, old.get("xxh3"))
                 self.pending.append((gi, src, dtype))
                 self.pending_bytes += us.nbytes()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import struct
@@ -158,14 +159,16 @@ def host_pieces(us: Any, piece: int = HOST_PIECE, purpose: str = "hash") -> Iter
 class StoredBytes:
     """A storage's bytes as an earlier pack in a local store holds them, to be copied into a
     new pack instead of read from memory (a forked writer has given that memory back: see
-    packs.TensorPacks). The pack file is store input: its header is checked like a restore's,
-    and the bytes must have the xxh3 the storage had in memory, or the write fails (and the
-    pack is no longer trusted as good)."""
+    packs.TensorPacks). The pack file is store input, trusted only as a reference is: it
+    must be inside the store and known good to this process (:mod:`.goodblobs`: hashed here,
+    and the same unchanged file since) before and after the copy, its header is checked as a
+    restore checks it, and the bytes must have the xxh3 the storage had in memory. Otherwise
+    the write fails before it publishes, and the pack is no longer trusted (the next write
+    writes it from memory)."""
 
-    def __init__(self, store_url: str, digest: str, path: str, name: str, nbytes: int,
-                 xxh3: str) -> None:
-        self.store_url, self.digest, self.path = store_url, digest, path
-        self.name, self.n, self.xxh3 = name, nbytes, xxh3
+    def __init__(self, store: Any, digest: str, name: str, nbytes: int, xxh3: str) -> None:
+        self.store, self.digest, self.name, self.n, self.xxh3 = store, digest, name, nbytes, xxh3
+        self.path = store.blob_path(digest)
 
     def nbytes(self) -> int:
         return self.n
@@ -173,43 +176,70 @@ class StoredBytes:
     def pieces(self) -> Iterator[bytes]:
         import xxhash
 
+        if not self.store.inside(self.path):
+            self._bad("is behind a link out of the store")
         try:
             fd = localfs.open_regular(self.path)
-        except (OSError, IntegrityError):  # gone or replaced by something else
-            self._bad()
+        except IntegrityError:
+            self._bad("is not a regular file")
+        except OSError as e:  # any other failure (no descriptor left) is this write's alone
+            if e.errno == errno.ELOOP:
+                self._bad("is not a regular file (a link)")
+            if e.errno == errno.ENOENT:
+                self._bad("is gone")
+            raise
         try:
+            before = self._stamp(fd)
+            if not goodblobs.is_good(self.store.url, self.digest, before):
+                self._bad("changed since this write checked it")
             size = os.fstat(fd).st_size
-            head = os.pread(fd, 8, 0)
+            head = _pread_all(fd, 8, 0)
             hlen = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
             if not 0 <= hlen <= min(size - 8, MAX_HEADER):
-                self._bad()
-            header = os.pread(fd, hlen, 8)
-            if len(header) != hlen:
-                self._bad()
+                self._bad("has a malformed header")
+            header = _pread_all(fd, hlen, 8)
             try:
                 base, offsets = pack_offsets(header, size - 8 - hlen)
             except CheckpointError:
-                self._bad()
+                self._bad("has a malformed header")
             start, end = offsets.get(self.name, (0, -1))
             if end - start != self.n:
-                self._bad()
+                self._bad(f"holds no {self.n}-byte storage {self.name!r}")
             h = xxhash.xxh3_128()
             for a in range(start, end, HASH_PIECE):
-                piece = os.pread(fd, min(HASH_PIECE, end - a), base + a)
-                if len(piece) != min(HASH_PIECE, end - a):  # cut short since the header
-                    self._bad()
+                want = min(HASH_PIECE, end - a)
+                piece = _pread_all(fd, want, base + a)
+                if len(piece) != want:
+                    self._bad("was cut short")
                 h.update(piece)
                 yield piece
+            if self._stamp(fd) != before:
+                self._bad("changed while this write copied from it")
             if h.hexdigest() != self.xxh3:
-                self._bad()
+                self._bad(f"no longer holds {self.name} as it was written")
         finally:
             os.close(fd)
 
-    def _bad(self) -> NoReturn:
-        goodblobs.forget(self.store_url, self.digest)  # the next write writes it from memory
-        raise IntegrityError(f"tensor pack {self.digest[:16]} in {self.store_url} no longer "
-                             f"holds {self.name} as it was written; this write is abandoned "
-                             "and the next one writes it again")
+    def _stamp(self, fd: int) -> Any:
+        return self.store.blob_stamp(self.digest, os.fstat(fd))
+
+    def _bad(self, what: str) -> NoReturn:
+        goodblobs.forget(self.store.url, self.digest)  # the next write writes it from memory
+        raise IntegrityError(f"tensor pack {self.digest[:16]} in {self.store.url} {what}; this "
+                             "autosave is abandoned (the previous one stays) and the next one "
+                             "writes the pack's tensors again")
+
+
+def _pread_all(fd: int, n: int, at: int) -> bytes:
+    """``n`` bytes at ``at``, fewer only at the end of the file (a read may return less)."""
+    parts, got = [], 0
+    while got < n:
+        b = os.pread(fd, n - got, at + got)
+        if not b:
+            break
+        parts.append(b)
+        got += len(b)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def storage_xxh3(us: Any) -> str:

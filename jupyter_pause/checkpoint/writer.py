@@ -176,6 +176,10 @@ class _Units:
         self.groups: list[dict[str, Any]] = []  # the manifest's groups
         self.bundle: list[tuple[dict[str, Any], bytes]] = []  # small streams, one blob at the end
         self.storages: dict[int, int] = {}  # storage _cdata -> index into the manifest's tensors
+        # every storage keyed above, alive until the write ends: a temporary one (a copy a
+        # __getstate__ made) freed after its unit could leave its _cdata to another unit's
+        # storage, which would then be taken for it
+        self.held: list[Any] = []
         self.packs = TensorPacks(pool, cache)
         self.tensor_entries: list[dict[str, Any]] = []
         if done_with is not None:
@@ -293,6 +297,7 @@ class _Units:
             g = self.storages.get(us._cdata)
             if g is None:
                 g = self.storages[us._cdata] = self.packs.add(us, dt)
+                self.held.append(us)
             out.append(g)
         return out
 

@@ -415,27 +415,40 @@ def test_a_pack_whose_memory_was_given_back_is_rewritten_from_the_store(store, k
     assert all(torch.equal(x, y) for x, y in zip(got, expected, strict=True))
 
 
-def test_an_old_pack_damaged_under_a_rewrite_from_the_store_fails_the_write(store, key):
-    """The old pack is store input: bytes copied from it must hash as the storage's memory did.
-    A pack damaged after the write judged it good (in place, keeping its stamp) fails the write
-    before it publishes anything, and the pack is no longer trusted: the next write (with
-    the memory still there) writes everything from memory."""
+@pytest.mark.parametrize("how", ["in place", "in place, stamp trusted", "replaced by a link"])
+def test_an_old_pack_damaged_under_a_rewrite_from_the_store_fails_the_write(store, key, how,
+                                                                           tmp_path):
+    """The old pack is store input, trusted only as a reference is. Damaged after the write
+    judged it good: in place (its stamp changes: no longer known good); in place with its
+    new stamp trusted as if it were unchanged (what a forged file would need: then the bytes
+    do not hash as the storage's memory did); or replaced by a link to a copy outside the
+    store. Each fails the write before it publishes anything, and the pack is no longer
+    trusted: the next write (with the memory still there) writes everything from memory."""
     torch = pytest.importorskip("torch")
     from jupyter_pause.checkpoint import IntegrityError, goodblobs
 
     ns, cache, pack, expected = _skipped_half(store, key, torch)
     path = store.blob_path(pack)
-
     damaged: list[bool] = []
 
     def done_with(storages):  # memory kept; the pack is damaged once the write trusts it
         if damaged:
             return
         damaged.append(True)
+        if how == "replaced by a link":
+            outside = str(tmp_path / "outside")
+            os.rename(path, outside)
+            os.symlink(outside, path)
+            return
         flip_a_byte_of_each_storage(path)
+        if how == "in place, stamp trusted":
+            goodblobs.remember(store.url, pack, store.blob_stamp(pack))
 
     before = set(store.manifest_files())
-    with pytest.raises(IntegrityError, match="no longer holds"):
+    why = {"in place": "changed since this write checked it",
+           "in place, stamp trusted": "no longer holds t",
+           "replaced by a link": "is not a regular file"}[how]
+    with pytest.raises(IntegrityError, match=why):
         write(ns, store, key=key, cache=cache, done_with=done_with)
     assert set(store.manifest_files()) == before  # nothing published
     assert (store.url, pack) not in goodblobs._good  # forgotten, whatever its stamp says
