@@ -206,7 +206,8 @@ def test_status_follows_the_kernel_after_a_restart_and_a_kill(lab: LabServer, pa
     expect()(status).to_have_text("Workspace running", timeout=10_000)
 
     # SIGKILL (as the OOM killer sends it): JupyterLab restarts the kernel; the status says so.
-    run_cell(page, panel, 2, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    run_cell(page, panel, 2, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+             started=False)
     expect()(status).to_have_text(re.compile(r"Kernel (died|restarted): state gone"),
                                   timeout=60_000)
     assert "its state is gone" in (status.get_attribute("title") or "")
@@ -254,7 +255,8 @@ def test_a_killed_kernel_offers_its_saved_state_and_restore_brings_it_back(
         assert time.monotonic() < deadline, "no autosave of offer.ipynb was written"
         time.sleep(0.5)
 
-    run_cell(page, panel, 1, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    run_cell(page, panel, 1, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+             started=False)
     offer = page.locator(".Toastify__toast", has_text="offer.ipynb: Kernel died")
     expect()(offer).to_be_visible(timeout=60_000)
     expect()(offer).to_contain_text(re.compile(r"restore the state of \d\d:\d\d \(\d+ variables?\)"))

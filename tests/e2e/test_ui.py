@@ -60,7 +60,9 @@ def run_cell(page, panel, index: int, code: str, started: bool = True) -> None:
     the next cell, and the cell never ran, its prompt still "[ ]:"; most likely the run read
     the cell's model before CodeMirror had read the typed text into it. So a run that does
     not start is typed and run once more. False for a run the kernel hold keeps waiting or
-    refuses (it starts late, or never: a second run would run it twice)."""
+    refuses (it starts late, or never: a second run would run it twice), and for a run that
+    kills its kernel (a restart clears the prompt back to "[ ]:", often before the busy prompt
+    is seen, and the restart dialog then takes the second run's click)."""
     cell = panel.locator(".jp-Cell").nth(index)
     editor = cell.locator(".cm-content")
     prompt = cell.locator(".jp-InputPrompt")
