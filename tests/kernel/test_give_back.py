@@ -51,17 +51,8 @@ def test_a_forked_write_that_gives_back_memory_saves_every_value(tmp_path: Any) 
     ns["ps"][2].data[7] = -1.0  # changed behind torch's back: written again
     ns["big"][0] = 5.0
     ns["base2"][-1] = -3.0  # in hi only
-
-    def in_child(guard: Any, done_with: Any) -> Any:
-        store = open_store(url)
-        store.publish = guard(store.publish)
-        return write(ns, store, key=key, cache=cache, keep=0, done_with=done_with)
-
     pid0 = os.getpid()
-    msg = forkwrite.write_in_child(in_child, open_store(url).url, cache,
-                                   may_publish=lambda: True, started=lambda pid: None,
-                                   lock=threading.Lock(), may_fork=lambda: True,
-                                   ended=lambda: None)
+    msg = _fork_write(url, key, cache, ns)
     assert os.getpid() == pid0
     assert "done" in msg, msg
     # ps[0], ps[3], ps[6], ps[7] and d["w"] at least (ps[1] and ps[5] share their memory)
@@ -96,8 +87,9 @@ def _fork_write(url: str, key: bytes, cache: WriteCache, ns: dict[str, Any],
                 damage = None
             done_with(storages)
 
-        damaging.before_pickling = True  # type: ignore[attr-defined]
-        return write(ns, store, key=key, cache=cache, keep=0, done_with=damaging)
+        damaging.before_pickling = getattr(done_with, "before_pickling", True)  # type: ignore[attr-defined]
+        return write(ns, store, key=key, cache=cache, keep=0,
+                     done_with=done_with if damage is None else damaging)
 
     return forkwrite.write_in_child(in_child, open_store(url).url, cache,
                                     may_publish=lambda: True, started=lambda pid: None,
