@@ -144,9 +144,12 @@ class LocalBackend(Backend):
                              rec.label, why)
             if kid in km:
                 try:
-                    await km.shutdown_kernel(kid, now=True)
-                except Exception:  # it is going away either way
-                    self.log.debug("shutting down a kernel that failed to start", exc_info=True)
+                    await _discard(km, kid, self.kernel_start_timeout)
+                except Exception as e:  # noqa: BLE001 - the resume goes on with a new kernel
+                    self.log.warning(
+                        "jupyter_pause: could not shut down kernel %s, which failed to start for "
+                        "%s (%s); if it is still listed, shut it down from the Running panel",
+                        kid[:8], rec.label, e or type(e).__name__)
         raise BackendError(f"could not start a kernel for {rec.label}: it {why}",
                            reason="kernel_start")
 
@@ -164,6 +167,28 @@ class LocalBackend(Backend):
                 f"could not start a {rec.kernel_name!r} kernel for {rec.label}: {e}",
                 reason="kernel_start",
             ) from e
+
+
+async def _discard(km: Any, kid: str, timeout: float) -> None:
+    """Shut down a kernel that failed to start, after any restart of its own in flight.
+
+    jupyter_client's restarter restarts a kernel that died (``restart_kernel``: a shutdown, then
+    a start, each replacing ``KernelManager.ready``). A shutdown of ours in between finds
+    ``ready`` pending and raises InvalidStateError (``MultiKernelManager._async_shutdown_kernel``
+    asks ``ready.exception()``), which leaves the kernel in the map and the restarted process
+    running, owned by nobody. So the restarter is stopped first; its poll runs without
+    suspending up to the restart's first await (a local provisioner's ``poll`` is plain
+    ``Popen.poll``), so once it is stopped a done ``ready`` means no restart is in flight.
+    """
+    kernel = km.get_kernel(kid)
+    kernel.stop_restarter()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not (ready := kernel.ready).done():  # a restart replaces it once, mid-way
+        if (left := deadline - loop.time()) <= 0:
+            raise TimeoutError(f"its restart did not end within {timeout:.0f} s")
+        await asyncio.wait({asyncio.wrap_future(ready)}, timeout=left)
+    await asyncio.wait_for(km.shutdown_kernel(kid, now=True), max(deadline - loop.time(), 1.0))
 
 
 def _pid(km: Any, kid: str) -> int | None:
