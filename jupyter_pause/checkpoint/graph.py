@@ -7,6 +7,8 @@ unions the two variables. The walk is kept cheap for namespaces of millions of s
   objects that need a decision (modules, classes, functions, arrays, tensors);
 - untracked mutable leaves (dicts of atomic values, bytearrays) are not hashed one by one: their
   ids go into numpy arrays and one sort at the end finds leaves reached by two variables;
+  untracked dicts and tuples are looked into (gc stops tracking a tuple of arrays or bytearrays,
+  and what it holds is shared like anything else);
 - numpy arrays and torch tensors are keyed by the memory they view (root buffer, storage), not
   traversed, so views and shared storage tie their variables together.
 Modules, module dicts (function globals), and classes/functions importable by name stop the walk:
@@ -25,13 +27,14 @@ so a handle and the module whose hook dict it points at must be stored together 
 
 from __future__ import annotations
 
+import datetime
 import gc
 import sys
 import time
 import types
 import weakref
 from collections.abc import Callable
-from itertools import chain, compress, repeat
+from itertools import compress, repeat
 from operator import not_
 from typing import Any
 
@@ -40,6 +43,14 @@ _SMALL = 16  # a level this small (a chain's one node) skips the vectorised filt
 _PENDING_MAX = 1 << 16  # leaf ids buffered in a list before they become one numpy array
 _TICK = 0.25  # seconds between progress callbacks during the walk
 _ATOMIC = (int, float, complex, str, bytes, bool, type(None), range, slice)
+# kinds of untracked objects (see _Walker.add_leaves); types are classified once
+_K_ATOM, _K_TUPLE, _K_DICT, _K_ARRAY, _K_LEAF = range(5)
+_MUTABLE_KINDS = frozenset((_K_DICT, _K_LEAF))
+_CONTAINER_KINDS = frozenset((_K_DICT, _K_TUPLE))
+# immutable and holding nothing mutable (exact types: a subclass instance is gc-tracked)
+_ATOM_TYPES = (int, float, complex, str, bytes, bool, type(None), range, type(Ellipsis),
+               type(NotImplemented), datetime.date, datetime.datetime, datetime.time,
+               datetime.timedelta, datetime.timezone)
 
 
 class _UF:
@@ -151,8 +162,11 @@ class _Walker:
         self.slow_tracked = (types.ModuleType, type, types.FunctionType) + (
             (self.tensor,) if self.tensor is not None else ()
         )
-        # untracked but mutable, so sharing them is aliasing: dicts of atomic values, bytearrays
-        self.leafy = (dict, bytearray) + ((self.ndarray,) if self.ndarray is not None else ())
+        # untracked objects by type: immutable atoms (skipped), tuples (looked into), dicts
+        # (leaves, looked into), arrays (keyed by memory), any other (a leaf: mutable, such as a
+        # bytearray or an array.array, so sharing it is aliasing)
+        self.kinds: dict[type, int] = dict.fromkeys(_ATOM_TYPES, _K_ATOM)
+        self.kinds.update({tuple: _K_TUPLE, dict: _K_DICT})
         self.stop_ids = {id(m.__dict__) for m in list(sys.modules.values())
                          if hasattr(m, "__dict__")}
         if namespace is not None:
@@ -315,34 +329,59 @@ class _Walker:
             return
         self.mem.append((lo, hi, vi, base))
 
+    def kind(self, t: type) -> int:
+        if self.ndarray is not None and issubclass(t, self.ndarray):
+            return _K_ARRAY
+        np = self.np
+        if np is not None and issubclass(t, np.generic) and not issubclass(t, np.void):
+            return _K_ATOM  # numpy scalars (a structured void can view an array's memory)
+        return _K_LEAF
+
     def add_leaves(self, vi: int, objs: list[Any], nxt: list[Any]) -> None:
-        """Untracked mutable objects: record their identity; an untracked dict can still hold
-        non-gc objects such as numpy arrays or bytearrays, so look one level in."""
-        if not objs:
-            return
-        ndarray, owner, leafy = self.ndarray, self.owner, self.leafy
-        # values only (keys are hashable, so never a dict, array or bytearray), and a full scan
-        # only when one of their types calls for it: usually they are all int/float/str
-        dicts = [o for o in objs if type(o) is dict] if len(objs) < 64 else objs
-        if dicts is objs and not all(map(isinstance, objs, repeat(dict))):
-            dicts = [o for o in objs if isinstance(o, dict)]
-        inner = list(chain.from_iterable(map(dict.values, dicts)))
-        if inner and any(issubclass(t, leafy) for t in set(map(type, inner))):
-            for r in compress(inner, map(isinstance, inner, repeat(leafy))):
-                if ndarray is not None and isinstance(r, ndarray):
-                    if id(r) not in owner:
+        """Untracked objects reached by vi: record the identity of the mutable ones (sharing
+        them is aliasing), key arrays by memory, and look into dicts and tuples. An untracked
+        dict or tuple holds only objects gc does not track (CPython untracks a tuple only when
+        none of its items can be tracked), so this stays among untracked objects, and an array
+        or bytearray in a tuple in a dict is found like one in a list."""
+        kinds, owner, key = self.kinds, self.owner, _K_ATOM.__ne__
+        while objs:
+            types = list(map(type, objs))
+            tset = set(types)
+            for t in tset.difference(kinds):
+                kinds[t] = self.kind(t)
+            if all(kinds[t] == _K_ATOM for t in tset):  # the usual case: ints, floats, strs
+                return
+            ks = list(map(kinds.__getitem__, types))
+            present = set(ks)
+            if len(present) > 1:
+                objs = list(compress(objs, map(key, ks)))
+                ks = list(filter(key, ks))
+            if _K_ARRAY in present:
+                for r in compress(objs, map(_K_ARRAY.__eq__, ks)):
+                    o = owner.get(id(r))
+                    if o is None:
                         self.slow(r, vi, nxt)
-                    elif owner[id(r)] != vi:
-                        self.uf.union(owner[id(r)], vi)
+                    elif o != vi:
+                        self.uf.union(o, vi)
+            mutable = (objs if present <= {_K_ATOM, _K_DICT, _K_LEAF}
+                       else list(compress(objs, map(_MUTABLE_KINDS.__contains__, ks))))
+            if mutable:
+                if self.np is not None:
+                    # one numpy array per level would be a million tiny arrays for a deep chain
+                    self.pending.extend(map(id, mutable))
+                    if len(self.pending) >= _PENDING_MAX:
+                        self.flush_leaves(vi)
                 else:
-                    objs.append(r)  # a bytearray (an untracked dict holds no dict)
-        if self.np is not None:
-            # one numpy array per level would be a million tiny arrays for a deep chain
-            self.pending.extend(map(id, objs))
-            if len(self.pending) >= _PENDING_MAX:
-                self.flush_leaves(vi)
-        else:
-            self.leaf_sets.setdefault(vi, set()).update(map(id, objs))
+                    self.leaf_sets.setdefault(vi, set()).update(map(id, mutable))
+            if not present & {_K_DICT, _K_TUPLE}:
+                return
+            inside = (objs if present <= {_K_ATOM, _K_DICT, _K_TUPLE}
+                      else list(compress(objs, map(_CONTAINER_KINDS.__contains__, ks))))
+            # gc.get_referents traverses an untracked dict or tuple all the same (a dict's keys
+            # too unless all are str: hashable, so never a dict, array or bytearray)
+            objs = gc.get_referents(*inside)
+            if self.deadline is not None:
+                self.check()
 
     def step(self, refs: list[Any], vi: int, frontier: list[Any]) -> None:
         """One batch of referents of variable vi's current level."""
@@ -351,7 +390,7 @@ class _Walker:
             if not refs:
                 return
         # the filtering runs in C (map/compress); Python loops only over "slow" objects
-        ndarray, owner, uf = self.ndarray, self.owner, self.uf
+        owner, uf = self.owner, self.uf
         tracked_flags = list(map(gc.is_tracked, refs))
         tracked = list(compress(refs, tracked_flags))
         untracked = list(compress(refs, map(not_, tracked_flags)))
@@ -360,14 +399,8 @@ class _Walker:
             for r in compress(tracked, weak):
                 self.weak(r, vi, frontier)
             tracked = list(compress(tracked, map(not_, weak)))
-        leaf = list(compress(untracked, map(isinstance, untracked, repeat(self.leafy))))
-        del refs, tracked_flags, untracked
-        if ndarray is not None and leaf:
-            arrays = list(map(isinstance, leaf, repeat(ndarray)))
-            for r in compress(leaf, arrays):
-                self.slow(r, vi, frontier)
-            leaf = list(compress(leaf, map(not_, arrays)))
-        self.add_leaves(vi, leaf, frontier)
+        del refs, tracked_flags
+        self.add_leaves(vi, untracked, frontier)
         is_slow = list(map(isinstance, tracked, repeat(self.slow_tracked)))
         for r in compress(tracked, is_slow):
             o = owner.get(id(r))
@@ -394,12 +427,12 @@ class _Walker:
     def step_small(self, refs: list[Any], vi: int, frontier: list[Any]) -> list[Any]:
         """A few referents (a deep chain's level): plain tracked objects handled one by one,
         which for a handful beats building the vectorised lists; returns the rest for step."""
-        owner, stop, slow_t, leafy = self.owner, self.stop_ids, self.slow_tracked, self.leafy
+        owner, stop, slow_t, kinds = self.owner, self.stop_ids, self.slow_tracked, self.kinds
         rest = []
         for r in refs:
             if not gc.is_tracked(r):
-                if isinstance(r, leafy):
-                    rest.append(r)
+                if kinds.get(type(r)) != _K_ATOM:
+                    rest.append(r)  # for add_leaves, through step
                 continue
             i = id(r)
             if i in stop:

@@ -160,6 +160,37 @@ def test_deep_structure_of_notebook_classes_goes_through_dill(tmp_path):
     assert "nodes 30000 __main__" in p.stdout
 
 
+# -- objects held through untracked tuples ------------------------------------------------------
+def test_what_untracked_tuples_hold_is_linked_like_anything_else(store, key):
+    """CPython stops tracking a tuple (and a dict holding only such tuples and atoms) once a
+    collection sees it holds nothing gc tracks: an ndarray or a bytearray is such a thing. A walk that skipped untracked tuples saved ``x`` and ``y`` apart: restored as
+    two arrays, a change through one no longer showed in the other."""
+    import gc
+
+    a = np.zeros(4)
+    buf = bytearray(b"abc")
+    ns = {"x": {"k": (a, 1)}, "y": a,
+          "nested": [((buf, 2), 3)], "b": buf,
+          "held": [a[1:]], "pair": (buf, 5), "lone": [0]}
+    gc.collect()
+    assert not gc.is_tracked(ns["x"]["k"]) and not gc.is_tracked(ns["x"])
+    assert not gc.is_tracked(ns["nested"][0][0]) and not gc.is_tracked(ns["pair"])
+    w = group_variables(list(ns.items()), ns)
+    assert sorted(_group_of(w, "x")) == ["held", "x", "y"]
+    assert sorted(_group_of(w, "b")) == ["b", "nested", "pair"]
+    assert _group_of(w, "lone") == ["lone"]
+
+    write(ns, store, key=key)
+    got = read(store, key=key).values
+    assert got["x"]["k"][0] is got["y"] and got["nested"][0][0][0] is got["b"]
+    assert got["pair"][0] is got["b"]
+    got["y"][0] = 5.0
+    got["y"][2] = 7.0
+    got["b"][0] = ord("z")
+    assert got["x"]["k"][0][0] == 5.0 and got["held"][0][1] == 7.0
+    assert bytes(got["nested"][0][0][0]) == b"zbc"
+
+
 # -- numpy <-> torch shared memory --------------------------------------------------------------
 def _shares(a: np.ndarray, t) -> bool:
     """A write through ``a`` shows in ``t`` and back."""
