@@ -289,11 +289,8 @@ def section_model(args, root: str, key: bytes) -> None:
 
     def checkpoint(r: int, state: dict) -> None:
         nonlocal store, cache, first
-        if store is not None:
-            shutil.rmtree(store.root, ignore_errors=True)  # one 4 GiB store on disk at a time
-            os.sync()
-        sdir = os.path.join(root, f"model{r}")
-        store = open_store(sdir)
+        old = store
+        store = open_store(os.path.join(root, f"model{r}"))
         cache = WriteCache()
         gc.collect()
         with PeakRSS() as peak:
@@ -301,9 +298,13 @@ def section_model(args, root: str, key: bytes) -> None:
             first = write({"state": state}, store, key=key, cache=cache, keep=None)
             ckpts.append(time.perf_counter() - t0)
         peaks.append(peak.extra)
+        if old is not None:  # the previous 4 GiB go after, as the reference's file does
+            shutil.rmtree(old.root, ignore_errors=True)
+            os.sync()
 
-    # Interleaved, and the order alternates: on the test machine's disk the first large write
-    # after another one (and after the unlink of its 4 GiB) runs up to 15% slower, whichever it is.
+    # Interleaved, and the order alternates: on the test machine's disk a large write right
+    # after another one runs up to 15% slower, whichever it is. Each measured write follows a
+    # sync after the previous write's bytes were deleted.
     for r in range(args.repeat):
         if r % 2 == 0:
             references(tensors)

@@ -27,7 +27,6 @@ so a handle and the module whose hook dict it points at must be stored together 
 
 from __future__ import annotations
 
-import datetime
 import gc
 import sys
 import time
@@ -47,10 +46,6 @@ _ATOMIC = (int, float, complex, str, bytes, bool, type(None), range, slice)
 _K_ATOM, _K_TUPLE, _K_DICT, _K_ARRAY, _K_LEAF = range(5)
 _MUTABLE_KINDS = frozenset((_K_DICT, _K_LEAF))
 _CONTAINER_KINDS = frozenset((_K_DICT, _K_TUPLE))
-# immutable and holding nothing mutable (exact types: a subclass instance is gc-tracked)
-_ATOM_TYPES = (int, float, complex, str, bytes, bool, type(None), range, type(Ellipsis),
-               type(NotImplemented), datetime.date, datetime.datetime, datetime.time,
-               datetime.timedelta, datetime.timezone)
 
 
 class _UF:
@@ -162,11 +157,12 @@ class _Walker:
         self.slow_tracked = (types.ModuleType, type, types.FunctionType) + (
             (self.tensor,) if self.tensor is not None else ()
         )
-        # untracked objects by type: immutable atoms (skipped), tuples (looked into), dicts
-        # (leaves, looked into), arrays (keyed by memory), any other (a leaf: mutable, such as a
-        # bytearray or an array.array, so sharing it is aliasing)
-        self.kinds: dict[type, int] = dict.fromkeys(_ATOM_TYPES, _K_ATOM)
-        self.kinds.update({tuple: _K_TUPLE, dict: _K_DICT})
+        # untracked objects by exact type: tuples (looked into), dicts (leaves, looked into),
+        # bytearrays (leaves: mutable, so sharing one is aliasing), arrays (keyed by memory);
+        # anything else is not linked through (atoms, and shared immutable singletons such as
+        # a class, a numpy or torch dtype: linking through those would tie unrelated variables)
+        self.kinds: dict[type, int] = dict.fromkeys(_ATOMIC, _K_ATOM)
+        self.kinds.update({tuple: _K_TUPLE, dict: _K_DICT, bytearray: _K_LEAF})
         self.stop_ids = {id(m.__dict__) for m in list(sys.modules.values())
                          if hasattr(m, "__dict__")}
         if namespace is not None:
@@ -233,6 +229,7 @@ class _Walker:
             del owner[k]
         self.leaves = [(v, a) for v, a in self.leaves if v != vi]
         self.leaf_sets.pop(vi, None)
+        self.pending = []  # its leaf ids not yet flushed (a timeout can come before the flush)
         self.mem = [m for m in self.mem if m[2] != vi]
         self.big[vi] = 0
 
@@ -330,27 +327,26 @@ class _Walker:
         self.mem.append((lo, hi, vi, base))
 
     def kind(self, t: type) -> int:
-        if self.ndarray is not None and issubclass(t, self.ndarray):
-            return _K_ARRAY
-        np = self.np
-        if np is not None and issubclass(t, np.generic) and not issubclass(t, np.void):
-            return _K_ATOM  # numpy scalars (a structured void can view an array's memory)
-        return _K_LEAF
+        return _K_ARRAY if self.ndarray is not None and issubclass(t, self.ndarray) else _K_ATOM
 
     def add_leaves(self, vi: int, objs: list[Any], nxt: list[Any]) -> None:
         """Untracked objects reached by vi: record the identity of the mutable ones (sharing
         them is aliasing), key arrays by memory, and look into dicts and tuples. An untracked
         dict or tuple holds only objects gc does not track (CPython untracks a tuple only when
         none of its items can be tracked), so this stays among untracked objects, and an array
-        or bytearray in a tuple in a dict is found like one in a list."""
-        kinds, owner, key = self.kinds, self.owner, _K_ATOM.__ne__
-        while objs:
+        or bytearray in a tuple in a dict is found like one in a list. A tuple is looked into
+        once per walk (claimed like a tracked object), so a tuple reached a million times, or
+        a DAG of tuples, costs its size once."""
+        kinds, owner, uf, key = self.kinds, self.owner, self.uf, _K_ATOM.__ne__
+        todo = [objs]
+        while todo:
+            objs = todo.pop()
             types = list(map(type, objs))
             tset = set(types)
             for t in tset.difference(kinds):
                 kinds[t] = self.kind(t)
             if all(kinds[t] == _K_ATOM for t in tset):  # the usual case: ints, floats, strs
-                return
+                continue
             ks = list(map(kinds.__getitem__, types))
             present = set(ks)
             if len(present) > 1:
@@ -362,7 +358,7 @@ class _Walker:
                     if o is None:
                         self.slow(r, vi, nxt)
                     elif o != vi:
-                        self.uf.union(o, vi)
+                        uf.union(o, vi)
             mutable = (objs if present <= {_K_ATOM, _K_DICT, _K_LEAF}
                        else list(compress(objs, map(_MUTABLE_KINDS.__contains__, ks))))
             if mutable:
@@ -373,13 +369,24 @@ class _Walker:
                         self.flush_leaves(vi)
                 else:
                     self.leaf_sets.setdefault(vi, set()).update(map(id, mutable))
-            if not present & {_K_DICT, _K_TUPLE}:
-                return
-            inside = (objs if present <= {_K_ATOM, _K_DICT, _K_TUPLE}
-                      else list(compress(objs, map(_CONTAINER_KINDS.__contains__, ks))))
+            inside: list[Any] = []
+            if _K_DICT in present:
+                inside = list({id(o): o for o in compress(objs, map(_K_DICT.__eq__, ks))}.values())
+            if _K_TUPLE in present:
+                tuples = {id(o): o for o in compress(objs, map(_K_TUPLE.__eq__, ks))}
+                ids = set(tuples)
+                for i in ids & owner.keys():
+                    if owner[i] != vi:
+                        uf.union(owner[i], vi)
+                new = ids.difference(owner)
+                owner.update(dict.fromkeys(new, vi))
+                inside.extend(tuples[i] for i in new)
             # gc.get_referents traverses an untracked dict or tuple all the same (a dict's keys
-            # too unless all are str: hashable, so never a dict, array or bytearray)
-            objs = gc.get_referents(*inside)
+            # too unless all are str: hashable, so never a dict, array or bytearray); in slices,
+            # so that the blob-writer threads get the GIL between them (see _batches)
+            for i in range(0, len(inside), _BATCH):
+                refs = gc.get_referents(*inside[i : i + _BATCH])
+                todo.extend(refs[j : j + _BATCH] for j in range(0, len(refs), _BATCH))
             if self.deadline is not None:
                 self.check()
 

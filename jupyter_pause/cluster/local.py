@@ -169,6 +169,15 @@ class LocalBackend(Backend):
             ) from e
 
 
+_stopping: set[asyncio.Future[Any]] = set()
+
+
+def _stopped(f: asyncio.Future[Any]) -> None:
+    _stopping.discard(f)
+    if not f.cancelled():
+        f.exception()  # read, so a failure after we stopped waiting is not logged as unread
+
+
 async def _discard(km: Any, kid: str, timeout: float) -> None:
     """Shut down a kernel that failed to start, after any restart of its own in flight.
 
@@ -179,6 +188,8 @@ async def _discard(km: Any, kid: str, timeout: float) -> None:
     running, owned by nobody. So the restarter is stopped first; its poll runs without
     suspending up to the restart's first await (a local provisioner's ``poll`` is plain
     ``Popen.poll``), so once it is stopped a done ``ready`` means no restart is in flight.
+    The shutdown is never cancelled (a cancelled one leaves ``ready`` pending for good, the
+    same state again): past the deadline it goes on without us.
     """
     kernel = km.get_kernel(kid)
     kernel.stop_restarter()
@@ -188,7 +199,13 @@ async def _discard(km: Any, kid: str, timeout: float) -> None:
         if (left := deadline - loop.time()) <= 0:
             raise TimeoutError(f"its restart did not end within {timeout:.0f} s")
         await asyncio.wait({asyncio.wrap_future(ready)}, timeout=left)
-    await asyncio.wait_for(km.shutdown_kernel(kid, now=True), max(deadline - loop.time(), 1.0))
+    stop = asyncio.ensure_future(km.shutdown_kernel(kid, now=True))
+    _stopping.add(stop)  # the loop holds tasks weakly; one that outlives us is still read
+    stop.add_done_callback(_stopped)
+    await asyncio.wait({stop}, timeout=max(deadline - loop.time(), 10.0))
+    if not stop.done():
+        raise TimeoutError("its shutdown is still under way")
+    stop.result()
 
 
 def _pid(km: Any, kid: str) -> int | None:
