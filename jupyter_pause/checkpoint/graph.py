@@ -370,8 +370,9 @@ class _Walker:
                 else:
                     self.leaf_sets.setdefault(vi, set()).update(map(id, mutable))
             inside: list[Any] = []
-            if _K_DICT in present:
-                inside = list({id(o): o for o in compress(objs, map(_K_DICT.__eq__, ks))}.values())
+            if _K_DICT in present:  # a dict reached twice is looked into twice (atoms, mostly)
+                inside = (objs if present <= {_K_ATOM, _K_DICT}
+                          else list(compress(objs, map(_K_DICT.__eq__, ks))))
             if _K_TUPLE in present:
                 tuples = {id(o): o for o in compress(objs, map(_K_TUPLE.__eq__, ks))}
                 ids = set(tuples)
