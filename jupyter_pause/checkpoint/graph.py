@@ -175,6 +175,7 @@ class _Walker:
         self.array_ids: set[int] = set()
         self.pending: list[int] = []  # the current variable's leaf ids, not yet in numpy
         self.mem: list[tuple[int, int, int, Any]] = []  # (lo, hi, variable, array or storage)
+        self.keep: list[Any] = []  # temporaries whose ids were claimed (see add_elements)
         self.deadline: float | None = None
         self.tick: Callable[[int], None] | None = None
         self.last_tick = time.monotonic()
@@ -268,7 +269,9 @@ class _Walker:
             root = base.base if base.base is not None else base
             if self.claim(("mem", id(root)), vi):
                 self.big[vi] += base.nbytes
-                if self.tensor is not None:  # only torch can alias numpy memory unseen
+                if base.dtype.hasobject:
+                    self.add_elements(base, nxt)
+                elif self.tensor is not None:  # only torch can alias numpy memory unseen
                     self.add_array_range(base, vi)
             return
         if tensor is not None and isinstance(r, tensor):
@@ -287,6 +290,19 @@ class _Walker:
             return
         if i not in self.stop_ids and self.claim(i, vi):
             nxt.append(r)  # a class or function defined in the notebook: walk into it
+
+    def add_elements(self, base: Any, nxt: list[Any]) -> None:
+        """The objects an object array holds (a pandas column of lists or dicts, say): numpy
+        arrays take no part in gc, so they are walked as if they were its referents, and what
+        they share with other variables links them. Atoms alone (a column of str) need no walk."""
+        items = base.ravel(order="K").tolist()
+        if base.dtype.fields is not None:
+            # a structured array's records come as new tuples: kept alive for the walk, so
+            # that no later object takes the id one of them was claimed under
+            self.keep.append(items)
+        elif all(self.kinds.get(t) == _K_ATOM for t in set(map(type, items))):
+            return
+        nxt.append(items)  # its referents are the next level (the list itself is not claimed)
 
     def weak(self, r: Any, vi: int, nxt: list[Any]) -> None:
         """A weakref, proxy or finalizer: its own referents (a callback), and its target."""

@@ -111,6 +111,31 @@ def test_walk_past_the_limit_skips_only_that_variable(store, key):
     assert got["after"]["b"] == [1, 2]
 
 
+def test_what_object_arrays_hold_is_linked_like_anything_else(store, key):
+    """numpy arrays take no part in gc, so the objects of an object array (a pandas column of
+    dicts built from a list of records, say) were invisible to the walk: ``df`` and ``recs``
+    were saved apart and came back as two sets of dicts."""
+    pd = pytest.importorskip("pandas")
+    lst, lst2 = [1, 2], [3]
+    oa = np.empty(2, dtype=object)
+    oa[0] = lst
+    recs = [{"a": 1}, {"a": 2}]
+    st = np.zeros(2, dtype=[("o", object), ("f", float)])
+    st[0]["o"] = lst2
+    ns = {"oa": oa, "lst": lst, "recs": recs, "df": pd.DataFrame({"rec": recs, "s": ["x", "y"]}),
+          "st": st, "lst2": lst2, "strs": np.array(["a", "b"], dtype=object)}
+    assert ns["df"]["rec"].iloc[0] is recs[0]
+    w = group_variables(list(ns.items()), ns)
+    assert sorted(map(sorted, w.groups)) == [["df", "recs"], ["lst", "oa"], ["lst2", "st"],
+                                            ["strs"]]
+    write(ns, store, key=key)
+    got = read(store, key=key).values
+    assert got["oa"][0] is got["lst"] and got["st"][0]["o"] is got["lst2"]
+    assert got["df"]["rec"].iloc[0] is got["recs"][0]
+    got["recs"][1]["a"] = 7
+    assert got["df"]["rec"].iloc[1] == {"a": 7}
+
+
 def test_a_variable_timed_out_among_untracked_objects_leaves_nothing_to_the_next(monkeypatch):
     """The walk of ``top`` runs past the limit among untracked objects, after their ids were
     buffered and before they were flushed as its own (no flush before the end here): they must
