@@ -27,6 +27,7 @@ so a handle and the module whose hook dict it points at must be stored together 
 
 from __future__ import annotations
 
+import enum
 import gc
 import sys
 import time
@@ -154,7 +155,7 @@ class _Walker:
         self.ndarray = np.ndarray if np is not None and "numpy" in sys.modules else None
         self.tensor = torch.Tensor if torch is not None else None
         # tracked objects that need a per-object decision (pickled by name, or keyed by memory)
-        self.slow_tracked = (types.ModuleType, type, types.FunctionType) + (
+        self.slow_tracked = (types.ModuleType, type, types.FunctionType, enum.Enum) + (
             (self.tensor,) if self.tensor is not None else ()
         )
         # untracked objects by exact type: tuples (looked into), dicts (leaves, looked into),
@@ -167,6 +168,9 @@ class _Walker:
                          if hasattr(m, "__dict__")}
         if namespace is not None:
             self.stop_ids.add(id(namespace))
+        # singletons that pickle as themselves (their reduce names them): sharing one is no
+        # link, and object columns hold them by the million (a missing value, a masked item)
+        self.stop_ids.update(id(x) for x in _singletons())
         self.uf = _UF(n)
         self.owner: dict[Any, int] = {}  # tracked objects (and memory keys) -> first variable
         self.leaves: list[Any] = []  # per variable: ids of untracked mutable leaves (numpy)
@@ -175,7 +179,7 @@ class _Walker:
         self.array_ids: set[int] = set()
         self.pending: list[int] = []  # the current variable's leaf ids, not yet in numpy
         self.mem: list[tuple[int, int, int, Any]] = []  # (lo, hi, variable, array or storage)
-        self.keep: list[Any] = []  # temporaries whose ids were claimed (see add_elements)
+        self.tuples_seen: dict[int, int] = {}  # untracked tuple -> the last variable into it
         self.deadline: float | None = None
         self.tick: Callable[[int], None] | None = None
         self.last_tick = time.monotonic()
@@ -254,7 +258,7 @@ class _Walker:
         """An object that needs a decision: pickled by name, or keyed by the memory it views."""
         if isinstance(r, types.ModuleType) or (
             isinstance(r, (type, types.FunctionType)) and _by_reference(r)
-        ):
+        ) or (isinstance(r, enum.Enum) and _by_reference(type(r))):  # pickled by name
             self.stop_ids.add(id(r))  # decided once: a chain's every node reaches its class
             return
         i = id(r)
@@ -294,15 +298,16 @@ class _Walker:
     def add_elements(self, base: Any, nxt: list[Any]) -> None:
         """The objects an object array holds (a pandas column of lists or dicts, say): numpy
         arrays take no part in gc, so they are walked as if they were its referents, and what
-        they share with other variables links them. Atoms alone (a column of str) need no walk."""
-        items = base.ravel(order="K").tolist()
-        if base.dtype.fields is not None:
-            # a structured array's records come as new tuples: kept alive for the walk, so
-            # that no later object takes the id one of them was claimed under
-            self.keep.append(items)
-        elif all(self.kinds.get(t) == _K_ATOM for t in set(map(type, items))):
-            return
-        nxt.append(items)  # its referents are the next level (the list itself is not claimed)
+        they share with other variables links them. Only the parts of object dtype (a
+        structured array's object fields, sub-array fields included), through a plain ndarray
+        view (a matrix's or masked array's own ``tolist`` makes new lists or hides masked
+        items); ``tolist`` of an object array gives the stored objects themselves. Atoms alone
+        (a column of str) need no walk."""
+        kinds = self.kinds
+        for part in _object_parts(base.view(self.ndarray)):
+            items = part.ravel(order="K").tolist()
+            if not all(kinds.get(t) == _K_ATOM for t in set(map(type, items))):
+                nxt.append(items)  # its referents are the next level (the list is not claimed)
 
     def weak(self, r: Any, vi: int, nxt: list[Any]) -> None:
         """A weakref, proxy or finalizer: its own referents (a callback), and its target."""
@@ -351,8 +356,8 @@ class _Walker:
         dict or tuple holds only objects gc does not track (CPython untracks a tuple only when
         none of its items can be tracked), so this stays among untracked objects, and an array
         or bytearray in a tuple in a dict is found like one in a list. A tuple is looked into
-        once per walk (claimed like a tracked object), so a tuple reached a million times, or
-        a DAG of tuples, costs its size once."""
+        once per variable, so a tuple reached a million times, or a DAG of tuples, costs its
+        size once; being immutable, it links variables only through what it holds."""
         kinds, owner, uf, key = self.kinds, self.owner, self.uf, _K_ATOM.__ne__
         todo = [objs]
         while todo:
@@ -390,14 +395,13 @@ class _Walker:
                 inside = (objs if present <= {_K_ATOM, _K_DICT}
                           else list(compress(objs, map(_K_DICT.__eq__, ks))))
             if _K_TUPLE in present:
+                # immutable, so a tuple two variables reach links nothing by itself (a code
+                # constant, the empty tuple); what it holds still does, from each variable
+                seen = self.tuples_seen
                 tuples = {id(o): o for o in compress(objs, map(_K_TUPLE.__eq__, ks))}
-                ids = set(tuples)
-                for i in ids & owner.keys():
-                    if owner[i] != vi:
-                        uf.union(owner[i], vi)
-                new = ids.difference(owner)
-                owner.update(dict.fromkeys(new, vi))
-                inside.extend(tuples[i] for i in new)
+                new = [i for i in tuples if seen.get(i) != vi]
+                seen.update(dict.fromkeys(new, vi))
+                inside.extend(map(tuples.__getitem__, new))
             # gc.get_referents traverses an untracked dict or tuple all the same (a dict's keys
             # too unless all are str: hashable, so never a dict, array or bytearray); in slices,
             # so that the blob-writer threads get the GIL between them (see _batches)
@@ -479,6 +483,29 @@ class _Walker:
 _PROXIES = (weakref.ProxyType, weakref.CallableProxyType)
 # matched by exact type, a cheap set lookup per object (subclasses of these are rare)
 _WEAK = frozenset((*_PROXIES, weakref.ref, weakref.KeyedRef, weakref.WeakMethod, weakref.finalize))
+
+
+def _singletons() -> list[Any]:
+    out: list[Any] = []
+    pd = sys.modules.get("pandas")
+    if pd is not None:
+        out += [getattr(pd, n) for n in ("NA", "NaT") if hasattr(pd, n)]
+    ma = sys.modules.get("numpy.ma")
+    if ma is not None and hasattr(ma, "masked"):
+        out.append(ma.masked)
+    return out
+
+
+def _object_parts(a: Any) -> Any:
+    """The object-dtype parts of an array: itself, or its (nested) fields that hold objects."""
+    dt = a.dtype
+    if dt.names is None:
+        if dt.kind == "O":
+            yield a
+        return
+    for name in dt.names:
+        if dt.fields[name][0].hasobject:
+            yield from _object_parts(a[name])
 
 
 def _weak_target(r: Any) -> Any:

@@ -116,24 +116,60 @@ def test_what_object_arrays_hold_is_linked_like_anything_else(store, key):
     dicts built from a list of records, say) were invisible to the walk: ``df`` and ``recs``
     were saved apart and came back as two sets of dicts."""
     pd = pytest.importorskip("pandas")
-    lst, lst2 = [1, 2], [3]
+    lst, lst2, lst3 = [1, 2], [3], [4]
     oa = np.empty(2, dtype=object)
     oa[0] = lst
     recs = [{"a": 1}, {"a": 2}]
-    st = np.zeros(2, dtype=[("o", object), ("f", float)])
+    # an object field and an object sub-array field of a structured array
+    st = np.zeros(2, dtype=[("o", object), ("tags", object, (2,)), ("f", float)])
     st[0]["o"] = lst2
+    st[1]["tags"][1] = lst3
+    # a masked array that owns its data (as any unpickled one does): its masked item too
+    masked = np.ma.MaskedArray(np.array([None, None], dtype=object), mask=[True, False])
+    mlist = [5]
+    masked.data[0] = mlist
     ns = {"oa": oa, "lst": lst, "recs": recs, "df": pd.DataFrame({"rec": recs, "s": ["x", "y"]}),
-          "st": st, "lst2": lst2, "strs": np.array(["a", "b"], dtype=object)}
+          "st": st, "lst2": lst2, "lst3": lst3, "strs": np.array(["a", "b"], dtype=object),
+          "masked": masked, "mlist": mlist}
     assert ns["df"]["rec"].iloc[0] is recs[0]
     w = group_variables(list(ns.items()), ns)
-    assert sorted(map(sorted, w.groups)) == [["df", "recs"], ["lst", "oa"], ["lst2", "st"],
-                                            ["strs"]]
+    assert sorted(map(sorted, w.groups)) == [["df", "recs"], ["lst", "oa"], ["lst2", "lst3", "st"],
+                                            ["masked", "mlist"], ["strs"]]
     write(ns, store, key=key)
     got = read(store, key=key).values
     assert got["oa"][0] is got["lst"] and got["st"][0]["o"] is got["lst2"]
+    assert got["st"][1]["tags"][1] is got["lst3"] and got["masked"].data[0] is got["mlist"]
     assert got["df"]["rec"].iloc[0] is got["recs"][0]
     got["recs"][1]["a"] = 7
     assert got["df"]["rec"].iloc[1] == {"a": 7}
+
+
+def test_variables_sharing_only_immutable_singletons_are_not_linked():
+    """A missing value (pd.NA, pd.NaT), an Enum member of a library, the masked constant or a
+    constant tuple: each pickles as itself, so two variables holding one share nothing that a
+    restore could split. Linking them would save unrelated frames as one unit (one size limit,
+    one failure for all on restore)."""
+    import gc
+
+    pd = pytest.importorskip("pandas")
+    code = (("a", 1), ("b", 2))
+    ns = {"nat1": pd.DataFrame({"t": pd.to_datetime(["2020", None])}).astype(object),
+          "nat2": pd.DataFrame({"t": pd.to_datetime(["2021", None])}).astype(object),
+          "na1": pd.Series([1, None], dtype="Int64").astype(object),
+          "na2": pd.Series([2, None], dtype="Int64").astype(object),
+          "e1": pd.Series([re_flag(), 1], dtype=object),
+          "e2": [re_flag()],
+          "m1": np.array([np.ma.masked, 1], dtype=object), "m2": [np.ma.masked],
+          "c1": [code], "c2": {"k": code}}
+    gc.collect()
+    w = group_variables(list(ns.items()), ns)
+    assert sorted(map(sorted, w.groups)) == sorted([n] for n in ns)
+
+
+def re_flag():
+    import re
+
+    return re.IGNORECASE  # an Enum member of the standard library
 
 
 def test_a_variable_timed_out_among_untracked_objects_leaves_nothing_to_the_next(monkeypatch):
