@@ -48,6 +48,10 @@ SERVER_WITH_SIGINT = (
 )
 
 
+class _PortTaken(RuntimeError):
+    """The server could not bind the port chosen for it: another process took it first."""
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     return free_ports(1)[0]
@@ -220,7 +224,17 @@ class JupyterProcess:
 
     def start(self) -> Self:
         """Start the server on a free port; return once its REST API answers (its log in the
-        error where it exits first or does not answer in time)."""
+        error where it exits first or does not answer in time). A port that another process
+        bound between ``free_port`` choosing it and the server binding it (two test runs on
+        one machine) is not the server's failure: a new port, up to three times."""
+        for _ in range(2):
+            try:
+                return self._start()
+            except _PortTaken:
+                pass
+        return self._start()
+
+    def _start(self) -> Self:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.log_path = self.home / f"server-{self.port}.log"
@@ -231,8 +245,13 @@ class JupyterProcess:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                tail = self.log_tail()
+                if self._log is not None:
+                    self._log.close()
+                if f"port {self.port} is not available" in tail:
+                    raise _PortTaken(tail)
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode} before "
-                                   f"answering:\n{self.log_tail()}")
+                                   f"answering:\n{tail}")
             try:
                 self.request("GET", "api/status", timeout=2)
                 return self

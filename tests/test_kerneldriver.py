@@ -87,3 +87,26 @@ def test_start_returns_while_the_cell_still_runs(server, tmp_path: Path) -> None
         k.start(code)
         marker.touch()
         assert k.eval("seen", timeout=90) is True
+
+
+def test_a_server_whose_port_was_taken_first_starts_on_another(tmp_path, monkeypatch) -> None:
+    """Two test runs on one machine: another process binds the port ``free_port`` chose before
+    the server does. The server exits with "port N is not available"; the harness starts it
+    again on a new port instead of failing the test that asked for it."""
+    import socket
+
+    from tests import harness
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = iter([taken.getsockname()[1]])
+    real = harness.free_port
+    monkeypatch.setattr(harness, "free_port", lambda: next(ports, None) or real())
+    srv = JupyterProcess(tmp_path).start()
+    try:
+        assert srv.port != taken.getsockname()[1]
+        assert srv.request("GET", "api/status", timeout=10)
+    finally:
+        srv.stop()
+        taken.close()
