@@ -46,7 +46,6 @@ _ATOMIC = (int, float, complex, str, bytes, bool, type(None), range, slice)
 # kinds of untracked objects (see _Walker.add_leaves); types are classified once
 _K_ATOM, _K_TUPLE, _K_DICT, _K_ARRAY, _K_LEAF = range(5)
 _MUTABLE_KINDS = frozenset((_K_DICT, _K_LEAF))
-_CONTAINER_KINDS = frozenset((_K_DICT, _K_TUPLE))
 
 
 class _UF:
@@ -362,13 +361,13 @@ class _Walker:
         todo = [objs]
         while todo:
             objs = todo.pop()
-            types = list(map(type, objs))
-            tset = set(types)
+            tps = list(map(type, objs))
+            tset = set(tps)
             for t in tset.difference(kinds):
                 kinds[t] = self.kind(t)
             if all(kinds[t] == _K_ATOM for t in tset):  # the usual case: ints, floats, strs
                 continue
-            ks = list(map(kinds.__getitem__, types))
+            ks = list(map(kinds.__getitem__, tps))
             present = set(ks)
             if len(present) > 1:
                 objs = list(compress(objs, map(key, ks)))
