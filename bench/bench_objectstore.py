@@ -123,7 +123,11 @@ def bench_store(kind: str, args: argparse.Namespace, key: bytes, state: dict,
         t0 = time.perf_counter()
         got = fs.cat([remote[d][0] for d in digests])
         cat_s = time.perf_counter() - t0
-        assert sum(len(v) for v in got.values()) == nbytes
+        total = sum(len(v) for v in got.values())
+        assert total == nbytes, (
+            f"fsspec cat of the checkpoint's objects gave {total} of {nbytes} bytes: lengths "
+            f"{sorted(len(v) for v in got.values())} against "
+            f"{sorted(remote[d][1] for d in digests)}, {len(got)} of {len(digests)} objects")
         del got
         gc.collect()
         # and by ranges of the restore's part size (gcp-storage-emulator reads a whole object
