@@ -103,8 +103,13 @@ async def test_pause_from_a_failed_resume_keeps_the_unrestored_notebook_checkpoi
     marker.unlink()
     kids = {k["path"]: k["kernel_id"] for k in st["last_report"]["kernels"]}
     await ws.run(kids["a.ipynb"], "x = 'new work'")
-    await until(lambda: ws.serverapp.kernel_manager.get_kernel(kids["b.ipynb"])
-                .execution_state != "busy", what="b.ipynb's restarted kernel")
+    # b.ipynb's process is gone until jupyter_client's restarter finds it dead (it polls every
+    # time_to_dead, 3 s). Wait for the restarted process: "not busy" alone is already true of
+    # a kernel killed before the server heard any status from it (it stays "starting"), and
+    # a cell sent then fails with "Kernel died before replying to kernel_info" (seen in CI).
+    kb = ws.serverapp.kernel_manager.get_kernel(kids["b.ipynb"])
+    await until(kb.is_alive, what="b.ipynb's restarted kernel")
+    await until(lambda: kb.execution_state != "busy", what="b.ipynb's restarted kernel idle")
     if b_used:
         await ws.run(kids["b.ipynb"], "z = 'work in b'")
 
