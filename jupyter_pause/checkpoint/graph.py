@@ -154,9 +154,10 @@ class _Walker:
         self.ndarray = np.ndarray if np is not None and "numpy" in sys.modules else None
         self.tensor = torch.Tensor if torch is not None else None
         # tracked objects that need a per-object decision (pickled by name, or keyed by memory)
+        # (an ndarray subclass with a __dict__ is tracked: np.matrix, a masked array)
         self.slow_tracked = (types.ModuleType, type, types.FunctionType, enum.Enum) + (
             (self.tensor,) if self.tensor is not None else ()
-        )
+        ) + ((self.ndarray,) if self.ndarray is not None else ())
         # untracked objects by exact type: tuples (looked into), dicts (leaves, looked into),
         # bytearrays (leaves: mutable, so sharing one is aliasing), arrays (keyed by memory);
         # anything else is not linked through (atoms, and shared immutable singletons such as
@@ -255,6 +256,8 @@ class _Walker:
 
     def slow(self, r: Any, vi: int, nxt: list[Any]) -> None:
         """An object that needs a decision: pickled by name, or keyed by the memory it views."""
+        if id(r) in self.stop_ids:  # decided already, or a singleton (numpy's ``masked``)
+            return
         if isinstance(r, types.ModuleType) or (
             isinstance(r, (type, types.FunctionType)) and _by_reference(r)
         ) or (isinstance(r, enum.Enum) and _by_reference(type(r))):  # pickled by name
@@ -266,6 +269,8 @@ class _Walker:
             self.array_ids.add(i)
             if not self.claim(i, vi):
                 return
+            if type(r) is not ndarray and getattr(r, "__dict__", None):
+                nxt.append(r)  # a subclass's attributes: a masked array's mask, say
             base = r
             while isinstance(getattr(base, "base", None), ndarray):
                 base = base.base
@@ -291,7 +296,7 @@ class _Walker:
                     self.mem.append((lo, lo + st.nbytes(), vi, st))
             nxt.append(r)  # a tensor's __dict__ / grad may hold more
             return
-        if i not in self.stop_ids and self.claim(i, vi):
+        if self.claim(i, vi):
             nxt.append(r)  # a class or function defined in the notebook: walk into it
 
     def add_elements(self, base: Any, nxt: list[Any]) -> None:

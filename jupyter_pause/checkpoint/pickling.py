@@ -58,7 +58,8 @@ class _NeedsDill(Exception):
 
 
 # -- type classification ------------------------------------------------------------------------
-_PLAIN, _MODULE, _TENSOR, _STORAGE, _CODE, _STALE_KIND, _UNSER_KIND, _NDARRAY, _REDUCER = range(9)
+(_PLAIN, _MODULE, _TENSOR, _STORAGE, _CODE, _STALE_KIND, _UNSER_KIND, _NDARRAY, _REDUCER,
+ _NDSUB) = range(10)
 _kind_cache: dict[type, tuple[int, Any]] = {}
 
 
@@ -141,6 +142,8 @@ def _classify(t: type) -> tuple[int, Any]:
     reducer = reducers.lookup(t)
     if reducer is not None:
         return _REDUCER, reducer
+    if np is not None and issubclass(t, np.ndarray) and _state_is_dict(np, t):
+        return _NDSUB, ""
     name = f"{t.__module__}.{t.__qualname__}"
     for ts, reason in _UNSER_LIST:
         if issubclass(t, ts):
@@ -151,6 +154,21 @@ def _classify(t: type) -> tuple[int, Any]:
         if issubclass(t, ts):
             return _STALE_KIND, f"{name}: {reason}"
     return _PLAIN, ""
+
+
+_PICKLING = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__")
+
+
+def _state_is_dict(np: Any, t: type) -> bool:
+    """An ndarray subclass whose whole state beyond its memory is its ``__dict__``: one that
+    leaves pickling to ndarray, or numpy's masked array (its reduce saves just that). A class
+    with pickling of its own (astropy's Column keeps its info apart) keeps its own reduce, as
+    does a memmap (it comes back in memory: its mmap cannot travel) and ``masked`` (a
+    singleton)."""
+    if issubclass(t, (np.memmap, np.ma.MaskedArray)):
+        return t is np.ma.MaskedArray
+    return all(getattr(k, "__dict__", {}).keys().isdisjoint(_PICKLING)
+               for k in t.__mro__ if k is not np.ndarray and k is not object)
 
 
 def _by_name(obj: Any) -> bool:
@@ -269,8 +287,9 @@ def _rebuild_view(root: Any, offset: int, shape: tuple[Any, ...], strides: tuple
     """A numpy view onto its (restored) root array, so views keep sharing memory."""
     import numpy as np
 
-    # through bytes: datetime64/timedelta64 roots have no buffer of their own dtype
-    raw = root.view(np.uint8).reshape(-1)
+    # through bytes in memory order (a Fortran-ordered root too): datetime64/timedelta64 roots
+    # have no buffer of their own dtype
+    raw = root.reshape(-1, order="A").view(np.uint8)
     return np.ndarray(shape, dtype=dtype, buffer=raw, offset=offset, strides=strides)
 
 
@@ -346,7 +365,7 @@ def _view_reduce(obj: Any, array_ids: set[int], roots: set[int]) -> Any:
     # the root travels when a variable reaches it, when another view already took it along, or
     # when it costs little (owned by no one else, and small or mostly covered by this view);
     # else pickling it would save memory nobody asked for and the view is saved as a copy
-    if not root.flags.c_contiguous or root.dtype.hasobject:
+    if not (root.flags.c_contiguous or root.flags.f_contiguous) or root.dtype.hasobject:
         return NotImplemented
     cheap = root.base is None and root.nbytes <= max(VIEW_ROOT_MAX, 2 * obj.nbytes)
     if id(root) not in array_ids and id(root) not in roots and not cheap:
@@ -354,6 +373,52 @@ def _view_reduce(obj: Any, array_ids: set[int], roots: set[int]) -> Any:
     roots.add(id(root))
     offset = obj.__array_interface__["data"][0] - root.__array_interface__["data"][0]
     return (_rebuild_view, (root, offset, obj.shape, obj.strides, obj.dtype))
+
+
+def _subclass_view(rebuild: Any, args: tuple[Any, ...], cls: type) -> Any:
+    """An ndarray subclass instance over restored memory: the plain view, seen as ``cls``."""
+    return rebuild(*args).view(cls)
+
+
+def _set_dict(obj: Any, state: dict[str, Any]) -> None:
+    """The subclass's attributes (a masked array's mask, a unit), set once ``obj`` exists
+    (a state_setter: ndarray's own ``__setstate__`` takes numpy's tuple, not a dict)."""
+    obj.__dict__.update(state)
+
+
+def _subclass_from_buffer(buf: Any, dtype: Any, shape: tuple[Any, ...], order: str) -> Any:
+    """A plain array over the saved bytes of an ndarray subclass that owned its memory."""
+    import numpy as np
+
+    return np.frombuffer(buf, dtype=dtype).reshape(shape, order=order)  # type: ignore[call-overload]
+
+
+def _subclass_reduce(obj: Any, ctx: Ctx) -> Any:
+    """An ndarray subclass (``np.matrix``, a masked array, a notebook's own): its memory saved
+    as a plain array's (a view rebuilt over its root, or its own bytes out of band), then
+    viewed as its class with its attributes set back; those go through the pickler, so a mask
+    two masked arrays share stays shared. numpy's own reduce of a subclass copies the data
+    into the stream (two views of one array came back apart) and drops the attributes of a
+    subclass that does not add them itself."""
+    if obj.base is None:  # it owns its memory (``matrix.copy()``): its bytes, like ndarray's
+        contiguous = obj.flags.c_contiguous or obj.flags.f_contiguous
+        if not contiguous or obj.dtype.hasobject or obj.dtype.kind in "mM" or not obj.size:
+            return NotImplemented  # datetimes have no buffer; an object array pickles items
+        try:
+            buf = pickle.PickleBuffer(obj)
+        except (BufferError, TypeError, ValueError):
+            return NotImplemented
+        order = "C" if obj.flags.c_contiguous else "F"
+        r: Any = (_subclass_from_buffer, (buf, obj.dtype, obj.shape, order))
+    else:
+        r = _numpy_over_torch(obj, ctx.shared_mem) if ctx.shared_mem else NotImplemented
+        if r is NotImplemented:
+            r = _view_reduce(obj, ctx.array_ids, ctx.view_roots)
+            if r is NotImplemented:
+                return NotImplemented
+    state = getattr(obj, "__dict__", None)
+    return (_subclass_view, (*r, type(obj)), dict(state) if state else None, None, None,
+            _set_dict)
 
 
 # -- the pickling context -----------------------------------------------------------------------
@@ -421,7 +486,7 @@ def _override(self: Any, obj: Any, strict: bool) -> Any:
     if k is None:
         k = _kind_cache[t] = _classify(t)
     kind = k[0]
-    if kind in (_PLAIN, _REDUCER, _STALE_KIND):
+    if kind in (_PLAIN, _REDUCER, _STALE_KIND, _NDSUB):
         r = _as_global(obj, self.ctx.module_globals)
         if r is not NotImplemented or kind == _PLAIN:
             return r
@@ -433,6 +498,8 @@ def _override(self: Any, obj: Any, strict: bool) -> Any:
             if r is not NotImplemented:
                 return r
         return _view_reduce(obj, self.ctx.array_ids, self.ctx.view_roots)
+    if kind == _NDSUB:
+        return _subclass_reduce(obj, self.ctx)
     if kind == _MODULE:
         return (importlib.import_module, (obj.__name__,))
     if kind == _REDUCER:

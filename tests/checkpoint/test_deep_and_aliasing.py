@@ -144,6 +144,71 @@ def test_what_object_arrays_hold_is_linked_like_anything_else(store, key):
     assert got["df"]["rec"].iloc[1] == {"a": 7}
 
 
+class Tagged(np.ndarray):
+    """A notebook's own ndarray subclass: an attribute numpy's own reduce would drop."""
+
+    def __array_finalize__(self, obj):
+        self.tag = getattr(obj, "tag", None)
+
+
+def test_ndarray_subclasses_keep_sharing_memory_and_attributes(store, key):
+    """An ndarray subclass (a matrix, a masked array, a notebook's own) is gc-tracked, so the
+    walk took it for a plain object and never keyed it by the memory it views, and numpy's own
+    reduce copies a subclass's data into the stream: ``[a.view(np.matrix)]`` beside ``a``
+    came back as a copy, and a write to ``a`` no longer showed in it. It also dropped the
+    attributes of a subclass that leaves pickling to ndarray."""
+    a, b, c = np.arange(10.0), np.arange(6.0), np.arange(12.0).reshape(3, 4)
+    masked = np.ma.MaskedArray(b, mask=b > 3)
+    tagged = a[2:].view(Tagged)
+    tagged.tag = "calibrated"
+    owned = np.arange(1, 5).reshape(2, 2).view(np.matrix).copy()  # owns its memory
+    fortran = np.asfortranarray(c).view(Tagged).copy(order="F")
+    ns = {"a": a, "mats": [a.reshape(2, 5).view(np.matrix), a[:5].view(np.matrix)],
+          "b": b, "ms": [masked], "mask": {"m": masked.mask}, "data": masked.data,
+          "tagged": {"k": tagged}, "owned": owned, "row": [owned[1]], "fortran": fortran,
+          "fcol": fortran[:, 1], "plainf": np.asfortranarray(c), "pcol": [None]}
+    ns["pcol"][0] = ns["plainf"][:, 2]  # a plain view of a Fortran-ordered array was a copy
+    assert owned.base is None and fortran.base is None and fortran.flags.f_contiguous
+    w = group_variables(list(ns.items()), ns)
+    assert sorted(map(sorted, w.groups)) == [["a", "mats", "tagged"], ["b", "data", "mask", "ms"],
+                                            ["fcol", "fortran"], ["owned", "row"],
+                                            ["pcol", "plainf"]]
+    write(ns, store, key=key)
+    got = read(store, key=key).values
+    m0, m1 = got["mats"]
+    assert type(m0) is np.matrix and m0.shape == (2, 5) and m0[1].shape == (1, 5)  # stays 2-D
+    ms, t = got["ms"][0], got["tagged"]["k"]
+    assert type(ms) is np.ma.MaskedArray and ms.mask.tolist() == [False] * 4 + [True] * 2
+    assert type(t) is Tagged and t.tag == "calibrated" and t.tolist() == list(range(2, 10))
+    assert type(got["fortran"]) is Tagged and got["fortran"].flags.f_contiguous
+    assert got["fortran"].tolist() == c.tolist() and got["fcol"].tolist() == [1, 5, 9]
+    got["a"][3] = -1  # one write to the plain array shows in each view of it
+    assert m0[0, 3] == -1 and m1[0, 3] == -1 and t[1] == -1
+    got["b"][0] = 50
+    assert ms[0] == 50 and got["data"][0] == 50
+    got["mask"]["m"][0] = True
+    assert ms[0] is np.ma.masked
+    got["owned"][1, 0] = 30
+    assert got["row"][0].tolist() == [[30, 4]] and type(got["row"][0]) is np.matrix
+    got["fortran"][2, 1] = -9
+    assert got["fcol"][2] == -9
+    got["plainf"][1, 2] = -8
+    assert got["pcol"][0].tolist() == [2, -8, 10]
+
+
+def test_ndarray_subclasses_with_pickling_of_their_own_keep_it(store, key):
+    """astropy's Column keeps its info beside its ``__dict__`` (its own reduce and setstate):
+    rebuilt from ``__dict__`` alone, it came back without the info's format functions and
+    could not even print. Such a class keeps its own reduce."""
+    table = pytest.importorskip("astropy.table")
+    col = table.Column([1, 2, 3], name="a", unit="m")
+    ns = {"col": col, "view": [col[1:]]}
+    before = {k: repr(v) for k, v in ns.items()}
+    write(ns, store, key=key)
+    got = read(store, key=key).values
+    assert {k: repr(v) for k, v in got.items()} == before
+
+
 def test_variables_sharing_only_immutable_singletons_are_not_linked():
     """A missing value (pd.NA, pd.NaT), an Enum member of a library, the masked constant or a
     constant tuple: each pickles as itself, so two variables holding one share nothing that a
@@ -160,6 +225,9 @@ def test_variables_sharing_only_immutable_singletons_are_not_linked():
           "e1": pd.Series([re_flag(), 1], dtype=object),
           "e2": [re_flag()],
           "m1": np.array([np.ma.masked, 1], dtype=object), "m2": [np.ma.masked],
+          # beside more than a few tracked objects, so the walk's batch path meets it
+          "m3": [np.ma.masked, *([i] for i in range(20))],
+          "m4": [np.ma.masked, *([i] for i in range(20))],
           "c1": [code], "c2": {"k": code}}
     gc.collect()
     w = group_variables(list(ns.items()), ns)
