@@ -362,21 +362,24 @@ class _Walker:
         or bytearray in a tuple in a dict is found like one in a list. A tuple is looked into
         once per variable, so a tuple reached a million times, or a DAG of tuples, costs its
         size once; being immutable, it links variables only through what it holds."""
-        kinds, owner, uf, key = self.kinds, self.owner, self.uf, _K_ATOM.__ne__
+        kinds, owner, uf = self.kinds, self.owner, self.uf
         todo = [objs]
         while todo:
             objs = todo.pop()
-            tps = list(map(type, objs))
-            tset = set(tps)
+            tset = set(map(type, objs))
             for t in tset.difference(kinds):
                 kinds[t] = self.kind(t)
             if all(kinds[t] == _K_ATOM for t in tset):  # the usual case: ints, floats, strs
                 continue
-            ks = list(map(kinds.__getitem__, tps))
-            present = set(ks)
+            if len(tset) == 1:  # a level of one type (records in a list): no per-item lookup
+                k = kinds[next(iter(tset))]
+                ks, present = [k] * len(objs), {k}
+            else:
+                ks = list(map(kinds.__getitem__, map(type, objs)))
+                present = set(ks)
             if len(present) > 1:
-                objs = list(compress(objs, map(key, ks)))
-                ks = list(filter(key, ks))
+                objs = list(compress(objs, ks))  # _K_ATOM is 0: the kinds are the mask
+                ks = list(filter(None, ks))
             if _K_ARRAY in present:
                 for r in compress(objs, map(_K_ARRAY.__eq__, ks)):
                     o = owner.get(id(r))
@@ -387,7 +390,11 @@ class _Walker:
             mutable = (objs if present <= {_K_ATOM, _K_DICT, _K_LEAF}
                        else list(compress(objs, map(_MUTABLE_KINDS.__contains__, ks))))
             if mutable:
-                if self.np is not None:
+                np = self.np
+                if np is not None and len(mutable) >= _PENDING_MAX:
+                    self.leaves.append((vi, np.fromiter(map(id, mutable), dtype=np.int64,
+                                                        count=len(mutable))))
+                elif np is not None:
                     # one numpy array per level would be a million tiny arrays for a deep chain
                     self.pending.extend(map(id, mutable))
                     if len(self.pending) >= _PENDING_MAX:
@@ -424,8 +431,13 @@ class _Walker:
         # the filtering runs in C (map/compress); Python loops only over "slow" objects
         owner, uf = self.owner, self.uf
         tracked_flags = list(map(gc.is_tracked, refs))
-        tracked = list(compress(refs, tracked_flags))
-        untracked = list(compress(refs, map(not_, tracked_flags)))
+        if not any(tracked_flags):  # a dict of records: its keys and untracked values
+            tracked, untracked = [], refs
+        elif all(tracked_flags):
+            tracked, untracked = refs, []
+        else:
+            tracked = list(compress(refs, tracked_flags))
+            untracked = list(compress(refs, map(not_, tracked_flags)))
         weak = list(map(_WEAK.__contains__, map(type, tracked)))
         if any(weak):  # by exact type, before any isinstance() (a dead proxy raises there)
             for r in compress(tracked, weak):

@@ -576,11 +576,13 @@ class _Frames:
 
     def __init__(self) -> None:
         self.parts: list[bytes] = []
+        self.size = 0
 
     def write(self, data: Any) -> int:
         # large payloads come as the object itself (bytearray, PickleBuffer): copy them now
         b = data if type(data) is bytes else bytes(data)
         self.parts.append(b)
+        self.size += len(b)
         return len(b)
 
     def getvalue(self) -> bytes:
@@ -595,6 +597,16 @@ def dump_group(
 
     Raises SkipVariable/StaleObject with a reason, or the pickler's own exception.
     """
+    frames, pickler, ctx = dump_group_frames(values, oob_min, array_ids, shared_mem)
+    return frames.getvalue(), pickler, ctx
+
+
+def dump_group_frames(
+    values: dict[str, Any], oob_min: int = OOB_MIN, array_ids: set[int] | None = None,
+    shared_mem: list[Any] | None = None,
+) -> tuple[_Frames, str, Ctx]:
+    """:func:`dump_group`, the stream left in its frames (``parts``): a writer hands them on
+    as they are, where joining them would copy the whole stream once more under the GIL."""
     try:
         return _dump(values, oob_min, array_ids, shared_mem)
     except RecursionError:
@@ -610,12 +622,12 @@ _TOO_DEEP = ("nested too deeply to pickle, even on a large stack (RecursionError
 
 
 def _dump(values: dict[str, Any], oob_min: int, array_ids: set[int] | None,
-          shared_mem: list[Any] | None) -> tuple[bytes, str, Ctx]:
+          shared_mem: list[Any] | None) -> tuple[_Frames, str, Ctx]:
     ctx = Ctx(oob_min, array_ids, shared_mem)
     buf = _Frames()
     try:
         FastPickler(buf, ctx).dump(values)
-        return buf.getvalue(), "pickle", ctx
+        return buf, "pickle", ctx
     except (SkipVariable, RecursionError):
         raise
     except Exception:  # noqa: BLE001, S110 - lambdas, closures, __main__ code: dill's job
@@ -623,7 +635,7 @@ def _dump(values: dict[str, Any], oob_min: int, array_ids: set[int] | None,
     ctx = Ctx(oob_min, array_ids, shared_mem)
     buf = _Frames()
     _dill_class()(buf, ctx).dump(values)
-    return buf.getvalue(), "dill", ctx
+    return buf, "dill", ctx
 
 
 def load_group(stream: Any, pickler: str, buffers: list[Any], resolver: Any

@@ -26,7 +26,7 @@ from .graph import Walk, group_variables
 from .manifest import FORMAT, Manifest, VariableReport, WriteResult, sign
 from .outcomes import SkipVariable
 from .packs import TensorPacks
-from .pickling import OOB_MIN, dump_group, reason_of
+from .pickling import OOB_MIN, dump_group_frames, reason_of
 from .retention import retain
 from .store import Store, open_store
 from .timelimit import call_with_limit
@@ -208,7 +208,7 @@ class _Units:
     def _dump(self, names: list[str]) -> tuple[Any, ...]:
         # unit_timeout: a unit still pickling after it is skipped with that reason
         group = {n: self.namespace[n] for n in names}
-        return call_with_limit(self.unit_timeout, dump_group, group,
+        return call_with_limit(self.unit_timeout, dump_group_frames, group,
                                array_ids=self.walk.array_ids, shared_mem=self.walk.shared_mem)
 
     def _fail(self, name: str, e: BaseException) -> None:
@@ -252,9 +252,10 @@ class _Units:
         for n, r in good:
             self._save_unit([n], *r)
 
-    def _save_unit(self, names: list[str], stream_bytes: bytes, pickler: str, ctx: Any) -> None:
+    def _save_unit(self, names: list[str], frames: Any, pickler: str, ctx: Any) -> None:
         gi = len(self.groups)
-        nbytes = len(stream_bytes) + sum(mv.nbytes for mv in ctx.buffers)
+        size = frames.size
+        nbytes = size + sum(mv.nbytes for mv in ctx.buffers)
         nbytes += sum(us.nbytes() for us in ctx.storages if us._cdata not in self.storages)
         if self.max_size is not None and nbytes > self.max_size:
             self._skip(names, nbytes)
@@ -271,17 +272,17 @@ class _Units:
             "tensors": self._tensor_indices(ctx),
         }
         self.groups.append(entry)
-        share = len(stream_bytes) // len(names)
+        share = size // len(names)
         for n in names:
             self.status[n] = ("saved", None)
             self.var_group[n] = gi
             self.var_size[n] = (nbytes if len(names) == 1
                                 else self.walk.big_bytes.get(n, 0) + share)
-        if len(stream_bytes) < BUNDLE_MAX:
-            self.bundle.append((entry, stream_bytes))
-        else:
-            f = self.pool.put([stream_bytes], "pickle", len(stream_bytes))
-            entry["stream"] = {"future": f, "offset": 0, "length": len(stream_bytes)}
+        if size < BUNDLE_MAX:
+            self.bundle.append((entry, frames.getvalue()))
+        else:  # its frames as they are: joining them would copy the stream once more
+            f = self.pool.put(frames.parts, "pickle", size)
+            entry["stream"] = {"future": f, "offset": 0, "length": size}
         entry["buffers"] = [
             self.prewritten.pop(at, None) or self.pool.put([mv], "buffer", mv.nbytes)
             for at, mv in zip(addresses, ctx.buffers, strict=True)

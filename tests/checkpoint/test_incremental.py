@@ -132,14 +132,14 @@ def test_gc_spares_blobs_a_running_write_is_about_to_reference(store, key):
 def test_prewritten_array_of_a_skipped_variable_leaves_no_orphan(store, key, monkeypatch):
     from jupyter_pause.checkpoint import writer
 
-    real = writer.dump_group
+    real = writer.dump_group_frames
 
     def failing(values, **kw):
         if "a" in values:
             raise TypeError("cannot pickle this one")
         return real(values, **kw)
 
-    monkeypatch.setattr(writer, "dump_group", failing)
+    monkeypatch.setattr(writer, "dump_group_frames", failing)
     r = write({"a": np.arange(1_000_000.0), "b": np.ones(500_000)}, store, key=key)
     assert {v.name: v.status for v in r.variables} == {"a": "skipped", "b": "saved"}
     assert _blobs_on_disk(store) == set(r.manifest.blobs)
