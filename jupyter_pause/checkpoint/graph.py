@@ -79,6 +79,9 @@ class Walk:
         self.groups: list[list[str]] = []
         self.big_bytes: dict[str, int] = {}
         self.array_ids: set[int] = set()  # numpy arrays reachable from the namespace
+        # ids of arrays the walk met twice, and of memory roots two arrays view: what a
+        # restore must bring back shared (the pickler saves anything else the cheapest way)
+        self.shared_arrays: set[int] = set()
         self.skipped: dict[str, str] = {}  # variables whose walk ran past the limit -> reason
         # (lo, hi, obj) of memory that a numpy array and a CPU torch storage both use; obj is an
         # ndarray owning its data or an UntypedStorage (the pickler rebuilds one over the other)
@@ -136,6 +139,7 @@ def _group(items: list[tuple[str, Any]], namespace: Any, time_limit: float | Non
     w.groups = list(groups.values())
     w.big_bytes = {name: walker.big[vi] for vi, (name, _v) in enumerate(items)}
     w.array_ids = walker.array_ids
+    w.shared_arrays = walker.shared
     return w
 
 
@@ -177,6 +181,7 @@ class _Walker:
         self.leaf_sets: dict[int, set[int]] = {}  # the same without numpy
         self.big = [0] * n  # per variable: bytes of array/tensor memory it owns
         self.array_ids: set[int] = set()
+        self.shared: set[int] = set()  # see Walk.shared_arrays
         self.pending: list[int] = []  # the current variable's leaf ids, not yet in numpy
         self.mem: list[tuple[int, int, int, Any]] = []  # (lo, hi, variable, array or storage)
         self.tuples_seen: dict[int, int] = {}  # untracked tuple -> the last variable into it
@@ -268,9 +273,13 @@ class _Walker:
         if ndarray is not None and isinstance(r, ndarray):
             self.array_ids.add(i)
             if not self.claim(i, vi):
+                self.shared.add(i)
                 return
-            if type(r) is not ndarray and getattr(r, "__dict__", None):
-                nxt.append(r)  # a subclass's attributes: a masked array's mask, say
+            if type(r) is not ndarray:  # a subclass: its class and its attributes (a mask)
+                if gc.is_tracked(r):
+                    nxt.append(r)
+                else:  # __slots__ = (): its class alone
+                    self.walk_into(type(r), vi, nxt)
             base = r
             while isinstance(getattr(base, "base", None), ndarray):
                 base = base.base
@@ -281,6 +290,8 @@ class _Walker:
                     self.add_elements(base, nxt)
                 elif self.tensor is not None:  # only torch can alias numpy memory unseen
                     self.add_array_range(base, vi)
+            else:  # a second array over this memory
+                self.shared.add(id(root))
             return
         if tensor is not None and isinstance(r, tensor):
             if not self.claim(i, vi):
@@ -330,8 +341,10 @@ class _Walker:
         ):
             if id(r) not in self.owner:
                 self.slow(r, vi, nxt)
-            elif self.owner[id(r)] != vi:
-                self.uf.union(self.owner[id(r)], vi)
+            else:
+                self.shared.add(id(r))
+                if self.owner[id(r)] != vi:
+                    self.uf.union(self.owner[id(r)], vi)
         elif gc.is_tracked(r):
             if self.claim(id(r), vi):
                 nxt.append(r)
@@ -385,8 +398,10 @@ class _Walker:
                     o = owner.get(id(r))
                     if o is None:
                         self.slow(r, vi, nxt)
-                    elif o != vi:
-                        uf.union(o, vi)
+                    else:
+                        self.shared.add(id(r))
+                        if o != vi:
+                            uf.union(o, vi)
             mutable = (objs if present <= {_K_ATOM, _K_DICT, _K_LEAF}
                        else list(compress(objs, map(_MUTABLE_KINDS.__contains__, ks))))
             if mutable:
@@ -450,8 +465,10 @@ class _Walker:
             o = owner.get(id(r))
             if o is None:
                 self.slow(r, vi, frontier)
-            elif o != vi:
-                uf.union(o, vi)
+            else:
+                self.shared.add(id(r))  # met again (only arrays' ids are ever asked for)
+                if o != vi:
+                    uf.union(o, vi)
         cands = list(compress(tracked, map(not_, is_slow)))
         if not cands:
             return

@@ -29,6 +29,7 @@ unpickled) again in a thread with a big one (``deep.py``).
 
 from __future__ import annotations
 
+import copyreg
 import importlib
 import io
 import pickle
@@ -283,24 +284,32 @@ def _identity(x: Any) -> Any:
     return x
 
 
-def _rebuild_view(root: Any, offset: int, shape: tuple[Any, ...], strides: tuple[Any, ...], dtype: Any) -> Any:
-    """A numpy view onto its (restored) root array, so views keep sharing memory."""
+def _rebuild_view(root: Any, offset: int, shape: tuple[Any, ...], strides: tuple[Any, ...],
+                  dtype: Any, cls: type | None = None, readonly: bool = False) -> Any:
+    """A numpy view onto its (restored) root array, so views keep sharing memory; of class
+    ``cls`` (an ndarray subclass, built as numpy's own reconstruct builds one: its
+    ``__array_finalize__`` sees no parent), read-only when the original was."""
     import numpy as np
 
-    # through bytes in memory order (a Fortran-ordered root too): datetime64/timedelta64 roots
-    # have no buffer of their own dtype
-    raw = root.reshape(-1, order="A").view(np.uint8)
-    return np.ndarray(shape, dtype=dtype, buffer=raw, offset=offset, strides=strides)
+    # through bytes in memory order (a Fortran-ordered root too), as a plain array (a masked
+    # root would reshape its mask to the bytes): datetime64/timedelta64 have no buffer
+    raw = root.view(np.ndarray).reshape(-1, order="A").view(np.uint8)
+    out = np.ndarray.__new__(cls or np.ndarray, shape, dtype=dtype, buffer=raw, offset=offset,
+                             strides=strides)
+    if readonly:
+        out.flags.writeable = False
+    return out
 
 
-def _array_over_storage(us: Any, offset: int, shape: tuple[Any, ...], strides: tuple[Any, ...], dtype: Any) -> Any:
+def _array_over_storage(us: Any, offset: int, shape: tuple[Any, ...], strides: tuple[Any, ...],
+                        dtype: Any, cls: type | None = None, readonly: bool = False) -> Any:
     """A numpy array over a restored torch storage (``Tensor.numpy()`` memory): they share."""
     import torch
 
     if us.device.type != "cpu":  # mapped to a GPU on restore: numpy can only get a copy
         us = us.cpu()
     raw = torch.empty(0, dtype=torch.uint8).set_(us).numpy()
-    return _rebuild_view(raw, offset, shape, strides, dtype)
+    return _rebuild_view(raw, offset, shape, strides, dtype, cls, readonly)
 
 
 def _storage_over_array(root: Any, offset: int, nbytes: int, dtype: str | None) -> Any:
@@ -350,34 +359,58 @@ def _numpy_over_torch(obj: Any, shared: list[Any]) -> Any:
         return NotImplemented
     start, us = hit
     offset = obj.__array_interface__["data"][0] - start
-    return (_array_over_storage, (us, offset, obj.shape, obj.strides, obj.dtype))
+    return (_array_over_storage, (us, offset, obj.shape, obj.strides, obj.dtype, *_extra(obj)))
+
+
+def _extra(obj: Any) -> tuple[Any, ...]:
+    """The optional arguments of :func:`_rebuild_view`, left out where they are the defaults."""
+    import numpy as np
+
+    cls = None if type(obj) is np.ndarray else type(obj)
+    if not obj.flags.writeable:
+        return (cls, True)
+    return (cls,) if cls is not None else ()
+
+
+def _root(obj: Any) -> Any:
+    """The outermost ndarray of ``obj``'s base chain (``obj`` when it owns its memory)."""
+    import numpy as np
+
+    root = obj
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    return root
+
+
+def _owns(root: Any) -> bool:
+    """``root`` owns its memory, or is the whole of a buffer (a restored array is built over
+    the bytes read back: its views must keep sharing it in the next checkpoint too)."""
+    if root.base is None:
+        return True
+    try:
+        with memoryview(root.base) as mv:  # released at once: an mmap must stay closable
+            return bool(mv.nbytes == root.nbytes)
+    except (TypeError, ValueError, BufferError):
+        return False
 
 
 def _view_reduce(obj: Any, array_ids: set[int], roots: set[int]) -> Any:
     import numpy as np
 
-    base = obj.base
-    if not isinstance(base, np.ndarray) or obj.dtype.hasobject:
+    if not isinstance(obj.base, np.ndarray) or obj.dtype.hasobject:
         return NotImplemented
-    root = base
-    while isinstance(root.base, np.ndarray):
-        root = root.base
+    root = _root(obj)
     # the root travels when a variable reaches it, when another view already took it along, or
     # when it costs little (owned by no one else, and small or mostly covered by this view);
     # else pickling it would save memory nobody asked for and the view is saved as a copy
     if not (root.flags.c_contiguous or root.flags.f_contiguous) or root.dtype.hasobject:
         return NotImplemented
-    cheap = root.base is None and root.nbytes <= max(VIEW_ROOT_MAX, 2 * obj.nbytes)
+    cheap = _owns(root) and root.nbytes <= max(VIEW_ROOT_MAX, 2 * obj.nbytes)
     if id(root) not in array_ids and id(root) not in roots and not cheap:
         return NotImplemented
     roots.add(id(root))
     offset = obj.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-    return (_rebuild_view, (root, offset, obj.shape, obj.strides, obj.dtype))
-
-
-def _subclass_view(rebuild: Any, args: tuple[Any, ...], cls: type) -> Any:
-    """An ndarray subclass instance over restored memory: the plain view, seen as ``cls``."""
-    return rebuild(*args).view(cls)
+    return (_rebuild_view, (root, offset, obj.shape, obj.strides, obj.dtype, *_extra(obj)))
 
 
 def _set_dict(obj: Any, state: dict[str, Any]) -> None:
@@ -386,39 +419,69 @@ def _set_dict(obj: Any, state: dict[str, Any]) -> None:
     obj.__dict__.update(state)
 
 
-def _subclass_from_buffer(buf: Any, dtype: Any, shape: tuple[Any, ...], order: str) -> Any:
-    """A plain array over the saved bytes of an ndarray subclass that owned its memory."""
+def _subclass_from_buffer(buf: Any, dtype: Any, shape: tuple[Any, ...], order: Any, cls: type,
+                          readonly: bool = False) -> Any:
+    """An ndarray subclass instance over its saved bytes."""
     import numpy as np
 
-    return np.frombuffer(buf, dtype=dtype).reshape(shape, order=order)  # type: ignore[call-overload]
+    out = np.ndarray.__new__(cls, shape, dtype=dtype, buffer=buf, order=order)
+    if readonly:
+        out.flags.writeable = False
+    return out
+
+
+def _subclass_from_plain(plain: Any, cls: type) -> Any:
+    """An ndarray subclass instance over a plain copy that numpy pickled (objects, datetimes:
+    no buffer to build it over)."""
+    return plain.view(cls)
+
+
+def _shared_in(obj: Any, ctx: Ctx) -> bool:
+    """``obj``'s memory is shared with another array the checkpoint saves: the walk met it or
+    its root twice (see graph.Walk.shared_arrays), or its root already travels in this stream."""
+    root = _root(obj)
+    key = root.base if root.base is not None else root
+    return id(root) in ctx.view_roots or id(root) in ctx.shared or id(key) in ctx.shared
 
 
 def _subclass_reduce(obj: Any, ctx: Ctx) -> Any:
-    """An ndarray subclass (``np.matrix``, a masked array, a notebook's own): its memory saved
-    as a plain array's (a view rebuilt over its root, or its own bytes out of band), then
-    viewed as its class with its attributes set back; those go through the pickler, so a mask
-    two masked arrays share stays shared. numpy's own reduce of a subclass copies the data
-    into the stream (two views of one array came back apart) and drops the attributes of a
-    subclass that does not add them itself."""
-    if obj.base is None:  # it owns its memory (``matrix.copy()``): its bytes, like ndarray's
-        contiguous = obj.flags.c_contiguous or obj.flags.f_contiguous
-        if not contiguous or obj.dtype.hasobject or obj.dtype.kind in "mM" or not obj.size:
-            return NotImplemented  # datetimes have no buffer; an object array pickles items
-        try:
-            buf = pickle.PickleBuffer(obj)
-        except (BufferError, TypeError, ValueError):
-            return NotImplemented
-        order = "C" if obj.flags.c_contiguous else "F"
-        r: Any = (_subclass_from_buffer, (buf, obj.dtype, obj.shape, order))
-    else:
+    """An ndarray subclass (``np.matrix``, a masked array, a notebook's own).
+
+    numpy's own reduce of a subclass copies its data into the stream and drops the attributes
+    of a subclass that does not save them itself (a masked array's saves its mask as bytes: a
+    shared mask comes back apart, and ``nomask`` as an array of False). It is kept for one
+    without attributes whose memory nothing else shares (a small matrix: the cheapest stream).
+    Otherwise the memory is saved as a plain array's (a view rebuilt over its root, so the
+    arrays that shared it still do) or as its own bytes (out of band when large), and the
+    attributes go through the pickler. It is rebuilt as numpy rebuilds one
+    (``__array_finalize__`` sees no parent)."""
+    import numpy as np
+
+    cls = type(obj)
+    state = dict(obj.__dict__) if cls.__dictoffset__ and obj.__dict__ else None
+    if obj.base is not None and _shared_in(obj, ctx):
         r = _numpy_over_torch(obj, ctx.shared_mem) if ctx.shared_mem else NotImplemented
         if r is NotImplemented:
             r = _view_reduce(obj, ctx.array_ids, ctx.view_roots)
-            if r is NotImplemented:
-                return NotImplemented
-    state = getattr(obj, "__dict__", None)
-    return (_subclass_view, (*r, type(obj)), dict(state) if state else None, None, None,
-            _set_dict)
+        if r is not NotImplemented:
+            return (*r, state, None, None, _set_dict)
+    if state is None:
+        return NotImplemented
+    if obj.size and not obj.dtype.hasobject and obj.dtype.kind not in "mM" and (
+            obj.flags.c_contiguous or obj.flags.f_contiguous):
+        try:
+            buf = pickle.PickleBuffer(obj)
+        except (BufferError, TypeError, ValueError):
+            pass
+        else:
+            order = "C" if obj.flags.c_contiguous else "F"
+            return (_subclass_from_buffer, (buf, obj.dtype, obj.shape, order, cls,
+                                            *(() if obj.flags.writeable else (True,))),
+                    state, None, None, _set_dict)
+    # a copy (never a view of obj: pickling that would come back here); an object array's
+    # copy holds the same items, which the pickler keeps shared
+    plain = np.array(obj, subok=False, order="K")
+    return (_subclass_from_plain, (plain, cls), state, None, None, _set_dict)
 
 
 # -- the pickling context -----------------------------------------------------------------------
@@ -426,11 +489,12 @@ class Ctx:
     """What one pickling attempt collected: out-of-band buffers and storages."""
 
     def __init__(self, oob_min: int = OOB_MIN, array_ids: set[int] | None = None,
-                 shared_mem: list[Any] | None = None) -> None:
+                 shared_mem: list[Any] | None = None, shared: set[int] | None = None) -> None:
         self.oob_min = oob_min
         self.array_ids = array_ids or set()
         self.shared_mem = shared_mem or []  # see graph.Walk.shared_mem
         self.view_roots: set[int] = set()  # roots of views pickled so far (kept alive by obj)
+        self.shared = shared or set()  # see graph.Walk.shared_arrays
         self.buffers: list[memoryview] = []
         self.storages: list[Any] = []  # UntypedStorage, in stream index order
         self.storage_dtype: list[str] = []
@@ -499,6 +563,8 @@ def _override(self: Any, obj: Any, strict: bool) -> Any:
                 return r
         return _view_reduce(obj, self.ctx.array_ids, self.ctx.view_roots)
     if kind == _NDSUB:
+        if t in copyreg.dispatch_table:  # a registration of the notebook's wins
+            return NotImplemented
         return _subclass_reduce(obj, self.ctx)
     if kind == _MODULE:
         return (importlib.import_module, (obj.__name__,))
@@ -591,28 +657,28 @@ class _Frames:
 
 def dump_group(
     values: dict[str, Any], oob_min: int = OOB_MIN, array_ids: set[int] | None = None,
-    shared_mem: list[Any] | None = None,
+    shared_mem: list[Any] | None = None, shared: set[int] | None = None,
 ) -> tuple[bytes, str, Ctx]:
     """Pickle ``values`` (name -> object) as one stream. Returns (stream, pickler name, ctx).
 
     Raises SkipVariable/StaleObject with a reason, or the pickler's own exception.
     """
-    frames, pickler, ctx = dump_group_frames(values, oob_min, array_ids, shared_mem)
+    frames, pickler, ctx = dump_group_frames(values, oob_min, array_ids, shared_mem, shared)
     return frames.getvalue(), pickler, ctx
 
 
 def dump_group_frames(
     values: dict[str, Any], oob_min: int = OOB_MIN, array_ids: set[int] | None = None,
-    shared_mem: list[Any] | None = None,
+    shared_mem: list[Any] | None = None, shared: set[int] | None = None,
 ) -> tuple[_Frames, str, Ctx]:
     """:func:`dump_group`, the stream left in its frames (``parts``): a writer hands them on
     as they are, where joining them would copy the whole stream once more under the GIL."""
     try:
-        return _dump(values, oob_min, array_ids, shared_mem)
+        return _dump(values, oob_min, array_ids, shared_mem, shared)
     except RecursionError:
         pass  # a deep structure: again, on a stack that holds it
     try:
-        return call_deep(lambda: _dump(values, oob_min, array_ids, shared_mem))
+        return call_deep(lambda: _dump(values, oob_min, array_ids, shared_mem, shared))
     except RecursionError:
         raise SkipVariable(_TOO_DEEP) from None
 
@@ -622,8 +688,9 @@ _TOO_DEEP = ("nested too deeply to pickle, even on a large stack (RecursionError
 
 
 def _dump(values: dict[str, Any], oob_min: int, array_ids: set[int] | None,
-          shared_mem: list[Any] | None) -> tuple[_Frames, str, Ctx]:
-    ctx = Ctx(oob_min, array_ids, shared_mem)
+          shared_mem: list[Any] | None, shared: set[int] | None = None
+          ) -> tuple[_Frames, str, Ctx]:
+    ctx = Ctx(oob_min, array_ids, shared_mem, shared)
     buf = _Frames()
     try:
         FastPickler(buf, ctx).dump(values)
@@ -632,7 +699,7 @@ def _dump(values: dict[str, Any], oob_min: int, array_ids: set[int] | None,
         raise
     except Exception:  # noqa: BLE001, S110 - lambdas, closures, __main__ code: dill's job
         pass
-    ctx = Ctx(oob_min, array_ids, shared_mem)
+    ctx = Ctx(oob_min, array_ids, shared_mem, shared)
     buf = _Frames()
     _dill_class()(buf, ctx).dump(values)
     return buf, "dill", ctx

@@ -259,6 +259,9 @@ def read(
     values: dict[str, Any] = {}
     load_notes: dict[str, list[str]] = {}
     failed: dict[str, str] = {}
+    # a blob is stored once for equal bytes: two arrays that only had equal contents (np.zeros
+    # twice) must not come back as one memory, where a write to one shows in the other
+    given: set[str] = {m.tensors[ti]["blob"] for _, g in groups for ti in g["tensors"]}
     try:
         for _gi, g in groups:
 
@@ -276,7 +279,10 @@ def read(
             s = g["stream"]
             blob = ver.data[s["blob"]]
             stream_mv = memoryview(blob)[s["offset"] : s["offset"] + s["length"]]
-            buffers = [ver.data[b] for b in g["buffers"]]
+            buffers = []
+            for b in g["buffers"]:
+                buffers.append(bytearray(ver.data[b]) if b in given else ver.data[b])
+                given.add(b)
             try:
                 got, group_notes = load_group(stream_mv, g["pickler"], buffers, resolver)
             except Exception as e:  # noqa: BLE001 - e.g. a module missing here

@@ -209,7 +209,8 @@ class _Units:
         # unit_timeout: a unit still pickling after it is skipped with that reason
         group = {n: self.namespace[n] for n in names}
         return call_with_limit(self.unit_timeout, dump_group_frames, group,
-                               array_ids=self.walk.array_ids, shared_mem=self.walk.shared_mem)
+                               array_ids=self.walk.array_ids, shared_mem=self.walk.shared_mem,
+                               shared=self.walk.shared_arrays)
 
     def _fail(self, name: str, e: BaseException) -> None:
         st = e.status if isinstance(e, SkipVariable) else "skipped"
