@@ -139,6 +139,8 @@ def _group(items: list[tuple[str, Any]], namespace: Any, time_limit: float | Non
     w.groups = list(groups.values())
     w.big_bytes = {name: walker.big[vi] for vi, (name, _v) in enumerate(items)}
     w.array_ids = walker.array_ids
+    # an array whose memory a tensor shares is shared too (its views must be rebuilt over it)
+    walker.shared.update(id(m[2]) for m in w.shared_mem if nd is not None and isinstance(m[2], nd))
     w.shared_arrays = walker.shared
     return w
 
@@ -384,6 +386,7 @@ class _Walker:
                 kinds[t] = self.kind(t)
             if all(kinds[t] == _K_ATOM for t in tset):  # the usual case: ints, floats, strs
                 continue
+            # _K_ATOM is 0, so a level's kinds are its mask of what is not an atom
             if len(tset) == 1:  # a level of one type (records in a list): no per-item lookup
                 k = kinds[next(iter(tset))]
                 ks, present = [k] * len(objs), {k}
@@ -391,7 +394,7 @@ class _Walker:
                 ks = list(map(kinds.__getitem__, map(type, objs)))
                 present = set(ks)
             if len(present) > 1:
-                objs = list(compress(objs, ks))  # _K_ATOM is 0: the kinds are the mask
+                objs = list(compress(objs, ks))
                 ks = list(filter(None, ks))
             if _K_ARRAY in present:
                 for r in compress(objs, map(_K_ARRAY.__eq__, ks)):
@@ -405,11 +408,7 @@ class _Walker:
             mutable = (objs if present <= {_K_ATOM, _K_DICT, _K_LEAF}
                        else list(compress(objs, map(_MUTABLE_KINDS.__contains__, ks))))
             if mutable:
-                np = self.np
-                if np is not None and len(mutable) >= _PENDING_MAX:
-                    self.leaves.append((vi, np.fromiter(map(id, mutable), dtype=np.int64,
-                                                        count=len(mutable))))
-                elif np is not None:
+                if self.np is not None:
                     # one numpy array per level would be a million tiny arrays for a deep chain
                     self.pending.extend(map(id, mutable))
                     if len(self.pending) >= _PENDING_MAX:
@@ -508,8 +507,11 @@ class _Walker:
                 else:
                     owner[i] = vi
                     frontier.append(r)
-            elif o != vi:
-                self.uf.union(o, vi)
+            else:
+                if isinstance(r, slow_t):
+                    self.shared.add(i)  # an array met again (see step)
+                if o != vi:
+                    self.uf.union(o, vi)
         return rest
 
 

@@ -459,9 +459,10 @@ def _subclass_reduce(obj: Any, ctx: Ctx) -> Any:
 
     cls = type(obj)
     state = dict(obj.__dict__) if cls.__dictoffset__ and obj.__dict__ else None
-    if obj.base is not None and _shared_in(obj, ctx):
+    if obj.base is not None:
+        # memory a tensor shares (the walk's shared_mem), or a root another array views
         r = _numpy_over_torch(obj, ctx.shared_mem) if ctx.shared_mem else NotImplemented
-        if r is NotImplemented:
+        if r is NotImplemented and _shared_in(obj, ctx):
             r = _view_reduce(obj, ctx.array_ids, ctx.view_roots)
         if r is not NotImplemented:
             return (*r, state, None, None, _set_dict)

@@ -259,8 +259,6 @@ def read(
     values: dict[str, Any] = {}
     load_notes: dict[str, list[str]] = {}
     failed: dict[str, str] = {}
-    # a blob is stored once for equal bytes: two arrays that only had equal contents (np.zeros
-    # twice) must not come back as one memory, where a write to one shows in the other
     given: set[str] = {m.tensors[ti]["blob"] for _, g in groups for ti in g["tensors"]}
     try:
         for _gi, g in groups:
@@ -279,10 +277,7 @@ def read(
             s = g["stream"]
             blob = ver.data[s["blob"]]
             stream_mv = memoryview(blob)[s["offset"] : s["offset"] + s["length"]]
-            buffers = []
-            for b in g["buffers"]:
-                buffers.append(bytearray(ver.data[b]) if b in given else ver.data[b])
-                given.add(b)
+            buffers = _group_buffers(g, ver.data, given)
             try:
                 got, group_notes = load_group(stream_mv, g["pickler"], buffers, resolver)
             except Exception as e:  # noqa: BLE001 - e.g. a module missing here
@@ -326,3 +321,24 @@ def read(
         process_state=proc,
         load_notes=load_notes,
     )
+
+
+def _group_buffers(g: dict[str, Any], data: dict[str, Any], given: set[str]) -> list[Any]:
+    """A group's out-of-band buffers. A blob is stored once for equal bytes, so two arrays that
+    only had equal contents (np.zeros twice) would come back as one memory, a write to one
+    showing in the other: a blob given out before is copied. Unless the writer says the two
+    buffers were one memory (``buffer_memory``: each names the first of its memory); that
+    claim from the manifest only ever shares bytes that are equal anyway."""
+    digests = g["buffers"]
+    same = g.get("buffer_memory")
+    if not (isinstance(same, list) and len(same) == len(digests)):
+        same = list(range(len(digests)))
+    out: list[Any] = []
+    for i, d in enumerate(digests):
+        j = same[i]
+        if type(j) is int and 0 <= j < i and digests[j] == d:
+            out.append(out[j])
+        else:
+            out.append(bytearray(data[d]) if d in given else data[d])
+            given.add(d)
+    return out

@@ -263,8 +263,8 @@ class _Units:
             return
         addresses = [_address(mv) for mv in ctx.buffers]
         if self.packs.give_back is not None:
-            for at, size in addresses:  # before the unit's storages are hashed
-                self.packs.read_later(at, size)
+            for at, nb in addresses:  # before the unit's storages are hashed
+                self.packs.read_later(at, nb)
         entry: dict[str, Any] = {
             "names": names,
             "pickler": pickler,
@@ -288,6 +288,11 @@ class _Units:
             self.prewritten.pop(at, None) or self.pool.put([mv], "buffer", mv.nbytes)
             for at, mv in zip(addresses, ctx.buffers, strict=True)
         ]
+        # buffers of one memory (two views saved as copies of the same bytes): each names the
+        # first, and they come back as one memory; equal bytes from two memories do not
+        # (the unit's buffers are all alive now, so one address is one memory)
+        first: dict[tuple[Any, ...], int] = {}
+        entry["buffer_memory"] = [first.setdefault(at, i) for i, at in enumerate(addresses)]
         self.packs.flush(final=False)
         self.pool.report()
 
