@@ -430,6 +430,31 @@ def test_deep_structure_of_notebook_classes_goes_through_dill(tmp_path):
     assert "nodes 30000 __main__" in p.stdout
 
 
+def test_a_notebook_subclass_comes_back_as_one_class(tmp_path):
+    """A subclass defined in the notebook is pickled by value (dill): the walk must link every
+    variable holding an instance of it to the class, or each group brings back a class of its
+    own and ``type(x) is MyArr`` fails after the restore (a first version walked into an
+    instance only when its ``__dict__`` was not empty)."""
+    code = """
+    import sys
+    import numpy as np
+    from jupyter_pause.checkpoint import load_or_create_key, read, write
+
+    class MyArr(np.ndarray):
+        pass
+
+    ns = {"MyArr": MyArr, "xs": [np.arange(3.0).view(MyArr)],
+          "ys": {"k": np.arange(2.0).view(MyArr)}, "top": np.arange(4.0).view(MyArr)}
+    key = load_or_create_key(sys.argv[1] + "/k")
+    write(ns, sys.argv[1] + "/s", key=key)
+    got = read(sys.argv[1] + "/s", key=key).values
+    cls = got["MyArr"]
+    print("same", [type(got["xs"][0]) is cls, type(got["ys"]["k"]) is cls, type(got["top"]) is cls])
+    """
+    p = run_py(code, str(tmp_path))
+    assert "same [True, True, True]" in p.stdout, p.stdout + p.stderr
+
+
 # -- objects held through untracked tuples ------------------------------------------------------
 def test_what_untracked_tuples_hold_is_linked_like_anything_else(store, key):
     """CPython stops tracking a tuple (and a dict holding only such tuples and atoms) once a
