@@ -345,12 +345,9 @@ def _owner_of(lo: int, hi: int, shared: list[Any], kind: type) -> tuple[int, Any
 def _numpy_over_torch(obj: Any, shared: list[Any]) -> Any:
     """An array whose memory torch owns (its base chain ends in a tensor, not an ndarray):
     reduced over that storage, which the group's tensors save anyway."""
-    import numpy as np
     import torch
 
-    base = obj
-    while isinstance(base.base, np.ndarray):
-        base = base.base
+    base = _root(obj)
     if base.base is None or obj.dtype.hasobject:
         return NotImplemented  # numpy owns it: torch storages are rebuilt over it instead
     lo, hi = _extent(obj)
