@@ -83,6 +83,9 @@ class Walk:
         # restore must bring back shared (the pickler saves anything else the cheapest way)
         self.shared_arrays: set[int] = set()
         self.skipped: dict[str, str] = {}  # variables whose walk ran past the limit -> reason
+        # variables whose graph the walk found to be a tree: no object (container, mutable
+        # leaf, tuple) reached twice, so pickling it without the memo brings it back the same
+        self.trees: set[str] = set()
         # (lo, hi, obj) of memory that a numpy array and a CPU torch storage both use; obj is an
         # ndarray owning its data or an UntypedStorage (the pickler rebuilds one over the other)
         self.shared_mem: list[tuple[int, int, Any]] = []
@@ -128,7 +131,8 @@ def _group(items: list[tuple[str, Any]], namespace: Any, time_limit: float | Non
             w.skipped[name] = (f"its object graph took longer than {time_limit:g} s to walk "
                                "(the variable_timeout)")
     walker.deadline = None
-    _union_shared_leaves(walker.np, walker.uf, walker.owner, walker.leaves, walker.leaf_sets)
+    _union_shared_leaves(walker.np, walker.uf, walker.owner, walker.leaves, walker.leaf_sets,
+                         walker.repeats)
     nd = walker.ndarray
     w.storages = [m[3] for m in walker.mem if nd is None or not isinstance(m[3], nd)]
     w.shared_mem, w.overlaps = _union_shared_memory(walker.mem, walker.uf)
@@ -138,6 +142,9 @@ def _group(items: list[tuple[str, Any]], namespace: Any, time_limit: float | Non
             groups.setdefault(walker.uf.find(vi), []).append(name)
     w.groups = list(groups.values())
     w.big_bytes = {name: walker.big[vi] for vi, (name, _v) in enumerate(items)}
+    # (variables linked to others reach what those reach: a group of one at most)
+    w.trees = {g[0] for g in w.groups if len(g) == 1} - {
+        items[vi][0] for vi in walker.repeats}
     w.array_ids = walker.array_ids
     # an array whose memory a tensor shares is shared too (its views must be rebuilt over it)
     walker.shared.update(id(m[2]) for m in w.shared_mem if nd is not None and isinstance(m[2], nd))
@@ -184,6 +191,7 @@ class _Walker:
         self.big = [0] * n  # per variable: bytes of array/tensor memory it owns
         self.array_ids: set[int] = set()
         self.shared: set[int] = set()  # see Walk.shared_arrays
+        self.repeats: set[int] = set()  # variables that reach some object twice (Walk.trees)
         self.pending: list[int] = []  # the current variable's leaf ids, not yet in numpy
         self.mem: list[tuple[int, int, int, Any]] = []  # (lo, hi, variable, array or storage)
         self.tuples_seen: dict[int, int] = {}  # untracked tuple -> the last variable into it
@@ -414,7 +422,11 @@ class _Walker:
                     if len(self.pending) >= _PENDING_MAX:
                         self.flush_leaves(vi)
                 else:
-                    self.leaf_sets.setdefault(vi, set()).update(map(id, mutable))
+                    ids = self.leaf_sets.setdefault(vi, set())
+                    n = len(ids)
+                    ids.update(map(id, mutable))
+                    if len(ids) - n < len(mutable):
+                        self.repeats.add(vi)
             inside: list[Any] = []
             if _K_DICT in present:  # a dict reached twice is looked into twice (atoms, mostly)
                 inside = (objs if present <= {_K_ATOM, _K_DICT}
@@ -423,8 +435,12 @@ class _Walker:
                 # immutable, so a tuple two variables reach links nothing by itself (a code
                 # constant, the empty tuple); what it holds still does, from each variable
                 seen = self.tuples_seen
-                tuples = {id(o): o for o in compress(objs, map(_K_TUPLE.__eq__, ks))}
+                # the empty tuple is one object, and pickles as itself without the memo
+                tl = list(filter(None, compress(objs, map(_K_TUPLE.__eq__, ks))))
+                tuples = {id(o): o for o in tl}
                 new = [i for i in tuples if seen.get(i) != vi]
+                if len(new) < len(tl):
+                    self.repeats.add(vi)
                 seen.update(dict.fromkeys(new, vi))
                 inside.extend(map(tuples.__getitem__, new))
             # gc.get_referents traverses an untracked dict or tuple all the same (a dict's keys
@@ -466,14 +482,20 @@ class _Walker:
                 self.slow(r, vi, frontier)
             else:
                 self.shared.add(id(r))  # met again (only arrays' ids are ever asked for)
+                self.repeats.add(vi)
                 if o != vi:
                     uf.union(o, vi)
         cands = list(compress(tracked, map(not_, is_slow)))
         if not cands:
             return
         ids = set(map(id, cands))
+        if len(ids) < len(cands):  # one object twice in this batch
+            self.repeats.add(vi)
         ids.difference_update(self.stop_ids)
-        for i in ids & owner.keys():
+        met = ids & owner.keys()
+        if met:
+            self.repeats.add(vi)
+        for i in met:
             o = owner[i]
             if o != vi:
                 uf.union(o, vi)
@@ -510,6 +532,7 @@ class _Walker:
             else:
                 if isinstance(r, slow_t):
                     self.shared.add(i)  # an array met again (see step)
+                self.repeats.add(vi)
                 if o != vi:
                     self.uf.union(o, vi)
         return rest
@@ -568,9 +591,10 @@ def _batches(level: list[Any]) -> Any:
 
 
 def _union_shared_leaves(np: Any, uf: _UF, owner: dict[Any, int], leaves: list[Any],
-                         leaf_sets: dict[int, Any]) -> None:
+                         leaf_sets: dict[int, Any], repeats: set[int]) -> None:
     """Union variables that reach the same untracked leaf (or a leaf that is another variable's
-    tracked object): one vectorised sort instead of a hash insert per leaf."""
+    tracked object): one vectorised sort instead of a hash insert per leaf. A variable that
+    reaches one leaf twice goes into ``repeats``."""
     if np is not None and leaves:
         tracked_ids = [k for k in owner if isinstance(k, int)]
         ids = [a for _, a in leaves]
@@ -584,7 +608,9 @@ def _union_shared_leaves(np: Any, uf: _UF, owner: dict[Any, int], leaves: list[A
         all_vis = np.concatenate(vis)
         order = np.argsort(all_ids, kind="stable")
         all_ids, all_vis = all_ids[order], all_vis[order]
-        dup = np.flatnonzero((all_ids[1:] == all_ids[:-1]) & (all_vis[1:] != all_vis[:-1]))
+        same_id = all_ids[1:] == all_ids[:-1]
+        repeats.update(np.unique(all_vis[1:][same_id & (all_vis[1:] == all_vis[:-1])]).tolist())
+        dup = np.flatnonzero(same_id & (all_vis[1:] != all_vis[:-1]))
         for k in dup.tolist():
             uf.union(int(all_vis[k]), int(all_vis[k + 1]))
     elif leaf_sets:

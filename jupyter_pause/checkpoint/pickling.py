@@ -48,6 +48,7 @@ from .outcomes import (
     collecting_notes,
     notes_by_variable,
 )
+from .plain import dump_plain
 from .reducers import weakrefs
 
 OOB_MIN = 1 << 20  # buffers below this stay in the stream: a blob per tiny array costs more
@@ -667,16 +668,18 @@ def dump_group(
 
 def dump_group_frames(
     values: dict[str, Any], oob_min: int = OOB_MIN, array_ids: set[int] | None = None,
-    shared_mem: list[Any] | None = None, shared: set[int] | None = None,
+    shared_mem: list[Any] | None = None, shared: set[int] | None = None, tree: bool = False,
 ) -> tuple[_Frames, str, Ctx]:
     """:func:`dump_group`, the stream left in its frames (``parts``): a writer hands them on
-    as they are, where joining them would copy the whole stream once more under the GIL."""
+    as they are, where joining them would copy the whole stream once more under the GIL.
+    ``tree``: the walk found no object reached twice (``graph.Walk.trees``), so plain data may
+    be pickled without the memo (``plain.py``)."""
     try:
-        return _dump(values, oob_min, array_ids, shared_mem, shared)
+        return _dump(values, oob_min, array_ids, shared_mem, shared, tree)
     except RecursionError:
         pass  # a deep structure: again, on a stack that holds it
     try:
-        return call_deep(lambda: _dump(values, oob_min, array_ids, shared_mem, shared))
+        return call_deep(lambda: _dump(values, oob_min, array_ids, shared_mem, shared, tree))
     except RecursionError:
         raise SkipVariable(_TOO_DEEP) from None
 
@@ -686,10 +689,14 @@ _TOO_DEEP = ("nested too deeply to pickle, even on a large stack (RecursionError
 
 
 def _dump(values: dict[str, Any], oob_min: int, array_ids: set[int] | None,
-          shared_mem: list[Any] | None, shared: set[int] | None = None
+          shared_mem: list[Any] | None, shared: set[int] | None = None, tree: bool = False
           ) -> tuple[_Frames, str, Ctx]:
     ctx = Ctx(oob_min, array_ids, shared_mem, shared)
     buf = _Frames()
+    if tree:
+        if dump_plain(values, buf):
+            return buf, "pickle", ctx
+        buf = _Frames()
     try:
         FastPickler(buf, ctx).dump(values)
         return buf, "pickle", ctx

@@ -210,7 +210,8 @@ class _Units:
         group = {n: self.namespace[n] for n in names}
         return call_with_limit(self.unit_timeout, dump_group_frames, group,
                                array_ids=self.walk.array_ids, shared_mem=self.walk.shared_mem,
-                               shared=self.walk.shared_arrays)
+                               shared=self.walk.shared_arrays,
+                               tree=len(names) == 1 and names[0] in self.walk.trees)
 
     def _fail(self, name: str, e: BaseException) -> None:
         st = e.status if isinstance(e, SkipVariable) else "skipped"
