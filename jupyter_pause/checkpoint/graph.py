@@ -216,7 +216,9 @@ class _Walker:
             self.ndarray is not None and isinstance(value, self.ndarray)
         ):
             self.slow(value, vi, frontier)
-        elif id(value) not in self.stop_ids:
+        elif id(value) in self.stop_ids:  # globals(), a module's dict: not walked, so no tree
+            self.repeats.add(vi)
+        else:
             if gc.is_tracked(value):
                 if self.claim(id(value), vi):
                     frontier.append(value)
@@ -489,11 +491,11 @@ class _Walker:
         if not cands:
             return
         ids = set(map(id, cands))
-        if len(ids) < len(cands):  # one object twice in this batch
-            self.repeats.add(vi)
         ids.difference_update(self.stop_ids)
         met = ids & owner.keys()
-        if met:
+        # one object twice in this batch, a stop point (what it holds is not walked: a cycle
+        # through globals() would go unseen), or an object met before: not a tree
+        if met or len(ids) < len(cands):
             self.repeats.add(vi)
         for i in met:
             o = owner[i]
@@ -518,6 +520,7 @@ class _Walker:
                 continue
             i = id(r)
             if i in stop:
+                self.repeats.add(vi)  # see step
                 continue
             if type(r) in _WEAK:
                 self.weak(r, vi, frontier)
