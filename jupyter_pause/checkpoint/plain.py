@@ -127,10 +127,10 @@ def plan(value: Any) -> tuple[list[Any], float] | None:
     found, weights, predicted, whole = sampled
     if not found:
         return [], predicted
-    counts = Counter(map(id, found))
-    objs = {id(x): x for x in found}
-    sizes = list(map(len, found))
     ids = list(map(id, found))
+    counts = Counter(ids)
+    objs = dict(zip(ids, found, strict=True))
+    sizes = list(map(len, found))
     n = len(found)
     found.clear()  # from here on the only references of ours are objs' and the probe's
     probe = bytes(2)  # a fresh object held by one container: what "one reference" reads as
