@@ -56,7 +56,7 @@ class Kernel:
         self.km = KernelManager(kernel_name="python3")
         self.km.start_kernel(env=env, cwd=root)
         self.kc = self.km.client()
-        self.kc.start_channels()
+        self.kc.start_channels(hb=False)
         self.kc.wait_for_ready(timeout=120)
         self.cell("%load_ext jupyter_pause")
 

@@ -62,3 +62,30 @@ async def test_a_kernel_that_answers_late_is_heard() -> None:
         loop = asyncio.get_running_loop()
         loop.call_later(2.5, os.kill, pid, signal.SIGCONT)
         assert await kernel_info_answer(km, 60) == ""
+
+
+def test_no_client_of_ours_starts_a_heartbeat_channel() -> None:
+    """Every ``start_channels`` call in the package, its tests, benches and examples passes
+    ``hb=False``. jupyter_client's ``HBChannel`` (8.x, ``channels.py``) sets ``_running = True``
+    when its thread first runs: a ``stop_channels`` that comes before that (a client started
+    and stopped at once, as a quick request does on a busy machine) is undone, and the thread
+    loops without waiting, making a new REQ socket (linger 1 s) each turn until the context
+    has no slot left (``ZMQError: Too many open files``, about 2,000 descriptors in the
+    process meanwhile; the caller's event loop is blocked in ``join`` all that time). The
+    kernel's liveness is asked by other means (``kernelclient.kernel_info_answer``, the
+    process, ``bridge.heartbeat``)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for folder in ("jupyter_pause", "tests", "bench", "examples"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and node.func.attr == "start_channels":
+                    found.append((path, node))
+                    hb = [k.value for k in node.keywords if k.arg == "hb"]
+                    assert hb and isinstance(hb[0], ast.Constant) and hb[0].value is False, \
+                        f"{path.relative_to(root)}:{node.lineno}: start_channels without hb=False"
+    assert len(found) > 10  # the scan sees the calls it is meant to check

@@ -57,7 +57,7 @@ def test_async_client_and_websocket_read_a_cell_as_the_blocking_one(server) -> N
         kc = AsyncKernelClient()
         kc.load_connection_info(
             json.loads((Path(srv.home) / "runtime" / f"kernel-{kid}.json").read_text()))
-        kc.start_channels()
+        kc.start_channels(hb=False)
         try:
             return await run_cell(kc, CELL, user_expressions={"v": "x * 2"})
         finally:

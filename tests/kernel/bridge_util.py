@@ -16,7 +16,7 @@ def bridge(
     async def go() -> dict:
         kc = AsyncKernelClient()
         kc.load_connection_info(kernel.km.get_connection_info())
-        kc.start_channels()
+        kc.start_channels(hb=False)
         try:
             await kc.wait_for_ready(timeout=30)
             cb = (lambda d, t: progress.append((d, t))) if progress is not None else None

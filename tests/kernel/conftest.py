@@ -28,7 +28,7 @@ class Kernel(KernelDriver):
 
     def _client(self) -> Any:
         kc = self.km.client()
-        kc.start_channels()
+        kc.start_channels(hb=False)
         kc.wait_for_ready(timeout=60)
         return kc
 

@@ -125,7 +125,7 @@ def test_async_progress_callback(kernel_factory):
     async def go():
         kc = AsyncKernelClient()
         kc.load_connection_info(k.km.get_connection_info())
-        kc.start_channels()
+        kc.start_channels(hb=False)
         try:
             return await call_bridge(kc, "checkpoint", progress=cb, timeout=60, stream="s")
         finally:

@@ -30,7 +30,7 @@ def jp_server_config(tmp_path, apiserver):
 
 async def _run(serverapp, kernel_id: str, code: str) -> str:
     kc = person_client(serverapp, kernel_id)  # the manager's session id would be shared
-    kc.start_channels()
+    kc.start_channels(hb=False)
     try:
         out = await run_cell(kc, code)
     finally:

@@ -59,7 +59,7 @@ class Server(InProcessServer):
         # a session of its own: a wait=False client stays open while the next one runs
         seen = self.watch_activity(kernel_id)
         kc = person_client(self.serverapp, kernel_id)
-        kc.start_channels()
+        kc.start_channels(hb=False)
         try:
             await kc.wait_for_ready(timeout=60)
             if not wait:
@@ -79,7 +79,7 @@ class Server(InProcessServer):
         everything before it (one socket, in order)."""
         seen = self.watch_activity(kernel_id)
         kc = person_client(self.serverapp, kernel_id)
-        kc.start_channels()
+        kc.start_channels(hb=False)
         try:
             reply = await kc.kernel_info(reply=True, timeout=30)
         finally:

@@ -181,7 +181,7 @@ async def test_our_kernel_calls_are_not_user_activity(srv, jp_fetch):
     # the same call from a client that is not ours counts (what Kubeflow's probe would see,
     # were our calls not told apart)
     kc = person_client(srv.serverapp, kid)
-    kc.start_channels()
+    kc.start_channels(hb=False)
     try:
         assert (await call_bridge(kc, "liveness", timeout=30))["pid"]
     finally:

@@ -53,7 +53,7 @@ class Workspace(InProcessServer):
 
     def client(self, kernel_id):
         kc = person_client(self.serverapp, kernel_id)
-        kc.start_channels()
+        kc.start_channels(hb=False)
         return kc
 
     async def wait_ready(self, kernel_id):
