@@ -23,9 +23,10 @@ import pytest
 import jupyter_pause
 
 ROOT = Path(jupyter_pause.__file__).parent
-PACKAGES = {"checkpoint", "kernel", "server", "cluster", "policy", "cli"}
+PACKAGES = {"checkpoint", "kernel", "server", "cluster", "policy", "cli", "launch"}
 # Top-level modules the kernel side ships with checkpoint/ and kernel/.
-KERNEL_SHARED = {"__init__", "_version", "atomicfile", "statefile", "units", "variables"}
+KERNEL_SHARED = {"__init__", "_version", "atomicfile", "startenv", "statefile", "units",
+                 "variables"}
 _MODULE_STRING = re.compile(r"^jupyter_pause(?:\.\w+)+(?::[\w.]+)?$")
 
 
@@ -102,9 +103,10 @@ def test_the_parser_sees_real_imports() -> None:
 
 
 @pytest.mark.parametrize(("package", "banned"), [
-    ("kernel", {"server", "cluster", "policy", "cli"}),
+    ("kernel", {"server", "cluster", "policy", "cli", "launch"}),
     ("cluster", {"server", "policy", "cli"}),
     ("checkpoint", PACKAGES - {"checkpoint"}),
+    ("launch", PACKAGES - {"launch"}),
 ])
 def test_package_imports_none_of(package: str, banned: set[str]) -> None:
     assert not _where(package, banned), "\n".join(_where(package, banned))

@@ -14,6 +14,7 @@ from traitlets import Bool, Float, validate
 
 from .. import configcheck as cc
 from ..kernelclient import kernel_info_answer
+from ..launch import provisioner as zygote
 from .base import Backend, BackendError, KernelRecord, PauseContext, ResumeContext
 from .results import ReleaseResult, ResumeResult, SnapshotResult
 
@@ -54,6 +55,9 @@ class LocalBackend(Backend):
                 ctx.progress(f"Stopping the kernel of {rec.label}")
                 await km.shutdown_kernel(rec.kernel_id)
                 stopped.append(rec.kernel_id)
+        # The zygote (fast_kernel_start) holds ipykernel, numpy and pandas in memory: with no
+        # kernel left it goes too, and the resume starts it anew.
+        zygote.stop_idle()
         return ReleaseResult(released=True, stopped_kernels=tuple(stopped))
 
     async def resume(self, ctx: ResumeContext) -> ResumeResult:

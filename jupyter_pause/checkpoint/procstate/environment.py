@@ -16,6 +16,7 @@ import sys
 from functools import lru_cache
 from typing import Any
 
+from ... import startenv
 from . import Entry, Outcome, need, register
 
 _MAX_ITEMS = 4096
@@ -38,7 +39,11 @@ RUNTIME_SET: dict[str, str] = {}
 @lru_cache(maxsize=1)
 def start_environ() -> dict[str, str]:
     """The environment this process was exec'd with: /proc/self/environ on Linux, whenever this
-    is called; elsewhere os.environ as it was when first asked."""
+    is called; elsewhere os.environ as it was when first asked. A kernel forked after its
+    exec (the launch package's zygote) started with what the fork recorded (``startenv``)."""
+    given = startenv.given()
+    if given is not None:
+        return given
     try:
         with open("/proc/self/environ", "rb") as f:
             raw = f.read()
