@@ -252,6 +252,7 @@ def _serve(listener: socket.socket, path: str, preload: list[str], ready: Any, m
             warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
         if pid == 0:
+            signal.set_wakeup_fd(-1)  # before its fd closes: a signal must not write elsewhere
             os.close(go_w)
             sel.close()
             listener.close()
