@@ -47,6 +47,9 @@ from jupyter_client.provisioning import LocalProvisioner
 from traitlets import Float, List, Unicode
 
 NAME = "jupyter-pause-zygote"
+# What a kernel imports at its start (ipykernel's debugger; psutil, for jupyter_pause's
+# autosave) and at a restore of a notebook with numpy and pandas state (those, and blake3).
+PRELOAD = ["ipykernel.debugger", "psutil", "numpy", "pandas", "blake3"]
 START_TIMEOUT_S = 60.0  # a zygote's imports, on a busy machine
 FORK_TIMEOUT_S = 30.0
 RETRY_AFTER_S = 60.0  # a zygote that failed to start or to fork is not asked again this soon
@@ -353,8 +356,11 @@ def shadowed(cwd: str, modules: frozenset[str]) -> str | None:
 class ZygoteProvisioner(LocalProvisioner):
     """``LocalProvisioner`` whose python kernels are forks of a zygote (see the module)."""
 
-    preload = List(Unicode(), default_value=["numpy", "pandas"], config=True,
-                   help="Modules the zygote imports once for every kernel it forks (if installed).")
+    preload = List(Unicode(), default_value=PRELOAD, config=True,
+                   help="Modules the zygote imports once for every kernel it forks (those "
+                        "installed): what kernels import anyway. Never one that starts threads "
+                        "without fork handlers or initialises a GPU (torch is safe only while "
+                        "it has not touched CUDA).")
     start_timeout = Float(START_TIMEOUT_S, config=True,
                           help="Seconds the zygote may take to start before kernels launch "
                                "as the local provisioner does.")

@@ -30,6 +30,7 @@ fork. The zygote ends when the process that started it does.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import importlib.util
 import json
@@ -99,7 +100,8 @@ def _exit_code(info: Any) -> int:
     return -int(info.si_status)
 
 
-def _become_kernel(req: dict[str, Any], comm: str | None) -> None:
+def _become_kernel(req: dict[str, Any], comm: str | None, set_by_imports: dict[str, str]
+                   ) -> None:
     """In the child: the process state ``python -m ipykernel_launcher`` would start with."""
     signal.set_wakeup_fd(-1)
     for sig, handler in _STARTED_WITH.items():
@@ -112,6 +114,8 @@ def _become_kernel(req: dict[str, Any], comm: str | None) -> None:
     from jupyter_pause import startenv  # /proc/self/environ is the zygote's, not ours
 
     startenv.set_given(dict(os.environ))
+    for k, v in set_by_imports.items():  # after: the imports set them, not the launch
+        os.environ.setdefault(k, v)
     # `python -m` put the zygote's directory first; ipykernel_launcher removes that entry
     # before it imports anything, and IPython adds '' (after the standard library) later
     if sys.path and (sys.path[0] == "" or Path(sys.path[0]) == Path(_START_DIR)):
@@ -185,8 +189,16 @@ def _serve(listener: socket.socket, path: str, preload: list[str], ready: Any, m
         setproctitle.setproctitle(" ".join([sys.executable, "-m", "jupyter_pause.launch.zygote",
                                             *sys.argv[1:]]))
         setproctitle.setthreadtitle(comm)
+    exec_env = dict(os.environ)
     _preload(preload)
     modules = sorted(_top(set(sys.modules)) - fresh - set(sys.stdlib_module_names))
+    # What the imports put into os.environ (debugpy sets PYDEVD_USE_FRAME_EVAL where unset):
+    # a new kernel's imports would have set it in its environment too.
+    set_by_imports = {k: v for k, v in os.environ.items() if exec_env.get(k) != v}
+    # Everything imported so far lives as long as the kernels: out of the collector's sight,
+    # a child's collections neither walk it nor copy its pages (copy-on-write).
+    gc.collect()
+    gc.freeze()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
@@ -266,7 +278,7 @@ def _serve(listener: socket.socket, path: str, preload: list[str], ready: Any, m
             os.close(go_r)
             if go != b"g" or os.getppid() != me:  # the server gave up, or the zygote died
                 os._exit(1)
-            _become_kernel(req, comm)
+            _become_kernel(req, comm, set_by_imports)
             return req
         os.close(go_r)
         _send(conn, {"pid": pid})
