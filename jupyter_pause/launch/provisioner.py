@@ -29,6 +29,7 @@ import asyncio
 import atexit
 import contextlib
 import json
+import logging
 import os
 import pathlib
 import select
@@ -186,7 +187,9 @@ class ForkedKernel:
 class Zygote:
     """One zygote process: started on first use, asked for forks over its Unix socket."""
 
-    def __init__(self, env: dict[str, str], preload: list[str]) -> None:
+    def __init__(self, env: dict[str, str], preload: list[str],
+                 log: logging.Logger | None = None) -> None:
+        self.log = log or logging.getLogger(__name__)
         self.env = dict(env)
         self.preload = list(preload)
         self.dir = ""
@@ -218,6 +221,7 @@ class Zygote:
         await asyncio.shield(self._starting[1])
 
     async def _start(self) -> None:
+        t0 = time.monotonic()
         self.stop()
         self.dir = tempfile.mkdtemp(prefix="jp-zygote-")  # 0700: only we may ask for forks
         env = {k: v for k, v in self.env.items() if not k.startswith(_PER_KERNEL)}
@@ -255,6 +259,8 @@ class Zygote:
         self.modules = frozenset(m for m in msg.get("modules", []) if isinstance(m, str))
         self.failed_at = None
         self._ready = True
+        self.log.info("jupyter_pause: kernel zygote %d ready in %.2f s (it imported %s)",
+                      self.proc.pid, time.monotonic() - t0, ", ".join(self.preload))
 
     async def _ask(self, conn: socket.socket, req: dict[str, Any]) -> bytes:
         loop = asyncio.get_running_loop()
@@ -312,13 +318,16 @@ class Zygote:
 _zygotes: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], Zygote] = {}
 
 
-def zygote_for(env: dict[str, str], preload: list[str]) -> Zygote:
+def zygote_for(env: dict[str, str], preload: list[str], log: logging.Logger | None = None
+               ) -> Zygote:
     """The zygote for kernels of this environment (a new one ends the idle others)."""
     key = (tuple(preload), shared_env(env))
     z = _zygotes.get(key)
     if z is None:
         stop_idle()
-        z = _zygotes[key] = Zygote(env, preload)
+        z = _zygotes[key] = Zygote(env, preload, log)
+    elif log is not None:
+        z.log = log  # the newest server's (a test process runs many)
     return z
 
 
@@ -386,7 +395,7 @@ class ZygoteProvisioner(LocalProvisioner):
         cwd = os.fspath(kwargs.get("cwd") or os.getcwd())
         if (entry := relative_path_entry(env)) is not None:
             return f"PYTHONPATH entry {entry} is relative to the start directory"
-        z = zygote_for(env, list(self.preload))
+        z = zygote_for(env, list(self.preload), self.log)
         z.pending += 1
         try:
             await asyncio.wait_for(z.ready(), self.start_timeout)

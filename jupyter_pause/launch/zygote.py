@@ -316,10 +316,10 @@ def _serve(listener: socket.socket, path: str, preload: list[str], ready: Any, m
                         pass
                 exits()
             else:  # a kernel's connection: the server closed it (or wrote what we ignore)
-                conn = key.fileobj
-                assert isinstance(conn, socket.socket)
+                kconn = key.fileobj
+                assert isinstance(kconn, socket.socket)
                 try:
-                    data = conn.recv(4096)
+                    data = kconn.recv(4096)
                 except BlockingIOError:
                     continue
                 except OSError:
