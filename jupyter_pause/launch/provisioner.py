@@ -139,9 +139,14 @@ class ForkedKernel:
             os.close(self._pidfd)
 
     def _gone(self) -> bool:
-        """Without the zygote: has the kernel ended?"""
+        """Without the zygote: has the kernel ended? (Reaped here where it became our child:
+        a server that is PID 1 or a subreaper inherits the kernels of a zygote that died.)"""
         if self._pidfd is not None:
-            return bool(select.select([self._pidfd], [], [], 0)[0])
+            if not select.select([self._pidfd], [], [], 0)[0]:
+                return False
+            with contextlib.suppress(ChildProcessError, OSError, AttributeError):
+                os.waitid(os.P_PIDFD, self._pidfd, os.WEXITED | os.WNOHANG)
+            return True
         try:  # no pidfd: a zombie (of a server that is PID 1 or a subreaper) has ended too
             return psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE
         except psutil.Error:
@@ -209,9 +214,12 @@ class Zygote:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def failed_recently(self) -> bool:
+        return self.failed_at is not None and time.monotonic() - self.failed_at < RETRY_AFTER_S
+
     async def ready(self) -> None:
         """Started and listening (one start, however many kernels wait for it)."""
-        if self.failed_at is not None and time.monotonic() - self.failed_at < RETRY_AFTER_S:
+        if self.failed_recently():
             raise ZygoteUnavailable("the zygote failed less than a minute ago")
         if self._ready and self.alive():
             return
@@ -223,7 +231,8 @@ class Zygote:
     async def _start(self) -> None:
         t0 = time.monotonic()
         self.stop()
-        self.dir = tempfile.mkdtemp(prefix="jp-zygote-")  # 0700: only we may ask for forks
+        _clear_stale()
+        self.dir = tempfile.mkdtemp(prefix=_DIR_PREFIX)  # 0700: only we may ask for forks
         env = {k: v for k, v in self.env.items() if not k.startswith(_PER_KERNEL)}
         # Its stdout and stderr are the server's, as a kernel's are: it says it is ready on a
         # pipe of its own.
@@ -240,6 +249,7 @@ class Zygote:
             raise
         finally:
             os.close(ready_w)
+        _own(self.dir, self.proc.pid)
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
         transport, _ = await loop.connect_read_pipe(
@@ -287,9 +297,6 @@ class Zygote:
                 why = msg.get("error") if isinstance(msg, dict) else "an unreadable answer"
                 raise ZygoteUnavailable(f"the zygote refused: {why}")
             kernel = ForkedKernel(msg["pid"], conn, rest)
-            # No await from the answer to here: a start cancelled meanwhile closes the
-            # connection instead, and the zygote kills the child before it does anything.
-            conn.send(b"go\n")
         except BaseException as e:
             conn.close()
             if isinstance(e, (OSError, ValueError, asyncio.TimeoutError)):
@@ -298,6 +305,13 @@ class Zygote:
             if isinstance(e, ZygoteUnavailable):
                 self.failed_at = time.monotonic()
             raise
+        try:
+            # No await from the answer to here: a start cancelled meanwhile closes the
+            # connection instead, and the zygote kills the child before it does anything.
+            conn.send(b"go\n")
+        except OSError as e:  # the zygote stopped waiting: it kills the child
+            conn.close()
+            raise ZygoteUnavailable(f"the zygote did not wait for the go ({e})") from None
         self.kernels.add(kernel)
         return kernel
 
@@ -313,6 +327,33 @@ class Zygote:
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = ""
+
+
+_DIR_PREFIX = "jp-zygote-"
+
+
+def _own(directory: str, pid: int) -> None:
+    """Say whose socket directory this is (see _clear_stale)."""
+    with contextlib.suppress(OSError):
+        pathlib.Path(directory, "pid").write_text(str(pid))
+
+
+def _clear_stale() -> None:
+    """Remove the socket directories of zygotes that are gone without removing them (a whole
+    process tree killed: a zygote removes its own when its server ends)."""
+    tmp = pathlib.Path(tempfile.gettempdir())
+    with contextlib.suppress(OSError):
+        for d in tmp.glob(_DIR_PREFIX + "*"):
+            try:
+                if d.is_symlink() or not d.is_dir() or d.stat().st_uid != os.getuid():
+                    continue
+                pid = int((d / "pid").read_text())
+                if psutil.pid_exists(pid) and str(d) in " ".join(psutil.Process(pid).cmdline()):
+                    continue  # alive
+            except (OSError, ValueError, psutil.Error):
+                if time.time() - d.stat().st_mtime < 3600:  # no pid yet: maybe starting
+                    continue
+            shutil.rmtree(d, ignore_errors=True)
 
 
 _zygotes: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], Zygote] = {}
@@ -340,13 +381,15 @@ atexit.register(_stop_all)  # the zygotes would end a second later (their parent
 
 
 def stop_idle() -> int:
-    """End the zygotes that have no kernel running and none starting; how many ended."""
+    """End the zygotes that have no kernel running and none starting; how many ended. One
+    that failed recently keeps its entry (and so its back-off)."""
     n = 0
     for key, z in list(_zygotes.items()):
         if z.idle():
             n += z.alive()
             z.stop()
-            del _zygotes[key]
+            if not z.failed_recently():
+                del _zygotes[key]
     return n
 
 

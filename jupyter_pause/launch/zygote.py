@@ -44,12 +44,14 @@ from pathlib import Path
 from typing import Any
 
 POLL_PARENT_S = 1.0  # how often the zygote looks for its parent's end
-REQUEST_TIMEOUT_S = 10.0  # a connection must send its request, and its go, within this
+REQUEST_TIMEOUT_S = 10.0  # a connection must send its request within this
+# ... and its go within this: longer than the server waits for the pid (provisioner's
+# FORK_TIMEOUT_S); a server that gave up closes the connection, which ends the wait at once
+GO_TIMEOUT_S = 60.0
 
 # The dispositions a kernel exec'd from the server would start with: the zygote's own at its
 # start, before it changed these two.
 _STARTED_WITH = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGCHLD)}
-_START_DIR = os.getcwd()
 
 
 def _top(names: set[str]) -> set[str]:
@@ -63,8 +65,8 @@ def _preload(names: list[str]) -> None:
             importlib.import_module(name)
 
 
-def _read_line(conn: socket.socket) -> bytes | None:
-    conn.settimeout(REQUEST_TIMEOUT_S)
+def _read_line(conn: socket.socket, timeout: float = REQUEST_TIMEOUT_S) -> bytes | None:
+    conn.settimeout(timeout)
     data = b""
     try:
         while b"\n" not in data:
@@ -116,10 +118,16 @@ def _become_kernel(req: dict[str, Any], comm: str | None, set_by_imports: dict[s
     startenv.set_given(dict(os.environ))
     for k, v in set_by_imports.items():  # after: the imports set them, not the launch
         os.environ.setdefault(k, v)
-    # `python -m` put the zygote's directory first; ipykernel_launcher removes that entry
-    # before it imports anything, and IPython adds '' (after the standard library) later
-    if sys.path and (sys.path[0] == "" or Path(sys.path[0]) == Path(_START_DIR)):
+    # `python -m` put the zygote's directory first (unless safe_path): a new kernel's would be
+    # its own. ipykernel_launcher removes that entry, or one that is '' or the working
+    # directory, before it imports anything; IPython adds '' (after the standard library) later.
+    first = sys.path[0] if sys.path else None
+    if first is not None and (not getattr(sys.flags, "safe_path", False) or first == ""
+                              or Path(first) == Path.cwd()):
         del sys.path[0]
+    # What the zygote froze is the kernel's to collect and to find (gc.get_referrers): a new
+    # kernel has nothing frozen (jupyter_pause's autosave freezes for its own fork).
+    gc.unfreeze()
     # jupyter_client gives a kernel a pipe for stdin and closes its end at once
     r, w = os.pipe()
     os.close(w)
@@ -165,11 +173,13 @@ def serve(path: str, preload: list[str], ready_fd: int) -> dict[str, Any] | None
     try:
         return _serve(listener, path, preload, ready, me, parent)
     finally:
-        if os.getpid() == me:  # the zygote ends: its socket and directory go with it
+        if os.getpid() == me:  # the zygote ends: its directory goes with it
+            directory = os.path.dirname(path)
+            for name in (path, os.path.join(directory, "pid")):  # the server's note of us
+                with contextlib.suppress(OSError):
+                    os.unlink(name)
             with contextlib.suppress(OSError):
-                os.unlink(path)
-            with contextlib.suppress(OSError):
-                os.rmdir(os.path.dirname(path))
+                os.rmdir(directory)
 
 
 def _serve(listener: socket.socket, path: str, preload: list[str], ready: Any, me: int,
@@ -195,8 +205,8 @@ def _serve(listener: socket.socket, path: str, preload: list[str], ready: Any, m
     # What the imports put into os.environ (debugpy sets PYDEVD_USE_FRAME_EVAL where unset):
     # a new kernel's imports would have set it in its environment too.
     set_by_imports = {k: v for k, v in os.environ.items() if exec_env.get(k) != v}
-    # Everything imported so far lives as long as the kernels: out of the collector's sight,
-    # a child's collections neither walk it nor copy its pages (copy-on-write).
+    # Garbage of the imports goes now, not in every kernel; and until a child unfreezes
+    # (first thing), nothing it does here walks those objects.
     gc.collect()
     gc.freeze()
     wake_r, wake_w = os.pipe()
@@ -282,7 +292,7 @@ def _serve(listener: socket.socket, path: str, preload: list[str], ready: Any, m
             return req
         os.close(go_r)
         _send(conn, {"pid": pid})
-        if _read_line(conn) == b"go":
+        if _read_line(conn, GO_TIMEOUT_S) == b"go":
             with contextlib.suppress(OSError):
                 os.write(go_w, b"g")
             os.close(go_w)

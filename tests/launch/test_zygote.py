@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ from tests.server.server_process import Server
 pytestmark = pytest.mark.timeout(300)
 
 FACTS = """
-import json, os, random, sys, time, numpy as np
+import gc, json, os, random, sys, time, numpy as np
 from jupyter_pause.checkpoint.procstate import environment
 print(json.dumps({
     "pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(), "path": sys.path,
@@ -32,7 +33,7 @@ print(json.dumps({
     "np": float(np.random.rand()), "random": random.random(),
     "env_changes": environment._env_capture(),
     "numpy_file": np.__file__, "comm": open("/proc/self/comm").read().strip(),
-    "orig_argv": sys.orig_argv[1:3], "tz": time.tzname,
+    "orig_argv": sys.orig_argv[1:3], "tz": time.tzname, "frozen": gc.get_freeze_count(),
 }))
 """
 
@@ -69,29 +70,34 @@ NOTEBOOKS = ("a.ipynb", "b.ipynb", "sub/c.ipynb")
 def _as_seen(f: dict[str, Any], root: Path) -> dict[str, Any]:
     """What a forked and a new kernel of the same notebook must share (paths from the root)."""
     changes = f["env_changes"] or {"set": {}, "unset": []}
-    return {"cwd": os.path.relpath(f["cwd"], root), "path": f["path"],
+    path = [f"<root>{e[len(str(root)):]}" if e.startswith(str(root)) else e for e in f["path"]]
+    return {"cwd": os.path.relpath(f["cwd"], root), "path": path,
             "session": os.path.relpath(f["session"], root), "argv0": f["argv"][0],
             "argv1": f["argv"][1], "changed": sorted(changes["set"]),
             "unset": sorted(changes["unset"]), "numpy": f["numpy_file"], "comm": f["comm"],
-            "orig_argv": f["orig_argv"]}
+            "orig_argv": f["orig_argv"], "frozen": f["frozen"]}
 
 
-@pytest.mark.parametrize("env", [{}, {"PYTHONSAFEPATH": "1"}], ids=["default", "safe-path"])
-def test_forked_kernels_start_as_a_new_process_would(tmp_path: Path, env: dict[str, str]
-                                                      ) -> None:
-    """Each fact of a forked kernel against a new process's for the same notebooks."""
+@pytest.mark.parametrize("env", ["default", "safe-path", "safe-path-cwd-first"])
+def test_forked_kernels_start_as_a_new_process_would(tmp_path: Path, env: str) -> None:
+    """Each fact of a forked kernel against a new process's for the same notebooks. With
+    PYTHONSAFEPATH, a PYTHONPATH entry stays first, unless it is the notebook's directory
+    (ipykernel_launcher removes that one)."""
     extra = tmp_path / "extra"
     extra.mkdir()
-    env = {**env, "PYTHONPATH": str(extra)} if env else env  # the first entry must stay
-    fresh = Server(tmp_path / "fresh", {"fast_kernel_start": False})
-    fresh.env.update(env)
+    first = {"safe-path": str(extra), "safe-path-cwd-first": "{root}"}.get(env)
+    def with_env(srv: Server) -> Server:
+        if first is not None:
+            srv.env.update(PYTHONSAFEPATH="1", PYTHONPATH=first.format(root=srv.root))
+        return srv
+
+    fresh = with_env(Server(tmp_path / "fresh", {"fast_kernel_start": False}))
     fresh.start()
     try:
         _, expected = _three(fresh)
     finally:
         fresh.stop()
-    srv = Server(tmp_path / "forked")
-    srv.env.update(env)
+    srv = with_env(Server(tmp_path / "forked"))
     srv.start()
     try:
         kids, got = _three(srv)
@@ -148,7 +154,10 @@ def test_interrupt_restart_death_and_the_zygotes_death(tmp_path: Path) -> None:
 
 
 def _printed(kc: Any, msg_id: str, text: str) -> bool:
-    msg = kc.get_iopub_msg(timeout=5)
+    try:
+        msg = kc.get_iopub_msg(timeout=1)
+    except queue.Empty:
+        return False
     return msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream" \
         and text in msg["content"]["text"]
 
@@ -166,14 +175,14 @@ def _pid_now(srv: Server, kid: str) -> int | None:
 
 def test_a_killed_server_leaves_no_zygote_kernel_or_socket_behind(tmp_path: Path) -> None:
     srv = Server(tmp_path).start()
-    kid = srv.open_notebook("a.ipynb")["kernel"]["id"]
-    kernel = facts(srv, kid)["pid"]
-    (zygote,) = zygotes(srv)
-    sock = Path(" ".join(zygote.cmdline()).split()[3])  # its socket
-    assert sock.exists()
-    os.kill(srv.proc.pid, signal.SIGKILL)  # the server alone (the OOM killer's choice)
-    srv.proc.wait()
     try:
+        kid = srv.open_notebook("a.ipynb")["kernel"]["id"]
+        kernel = facts(srv, kid)["pid"]
+        (zygote,) = zygotes(srv)
+        sock = Path(" ".join(zygote.cmdline()).split()[3])  # its socket
+        assert sock.exists()
+        os.kill(srv.proc.pid, signal.SIGKILL)  # the server alone (the OOM killer's choice)
+        srv.proc.wait()
         for pid in (zygote.pid, kernel):
             wait_gone(srv, pid)
         srv.wait_for("the socket's directory to go", lambda: not sock.parent.exists(), 10)
