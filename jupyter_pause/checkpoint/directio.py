@@ -259,10 +259,13 @@ def read_file(
     def piece(a: int, b: int) -> int:
         got = a
         while got < b:
+            # Read before the call: another reader may turn O_DIRECT off while this read fails
+            # for it, and this one must then go again, not fail the restore.
+            was_direct = state["direct"]
             try:
                 r = os.preadv(fd, [mv[got:b]], got)
             except OSError as e:
-                if e.errno != errno.EINVAL or not state["direct"]:
+                if e.errno != errno.EINVAL or not was_direct:
                     raise
                 buffered(e)
                 continue

@@ -9,6 +9,8 @@ import fcntl
 import logging
 import mmap
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -102,6 +104,38 @@ def test_o_direct_refused_at_the_first_read_falls_back(disk_dir, monkeypatch, ca
         got, n, _ = _read(path, len(data))
     assert (got, n) == (data, len(data))
     assert any("O_DIRECT read refused" in r.getMessage() for r in caplog.records)
+
+
+def test_o_direct_refused_to_two_readers_at_once_falls_back(disk_dir, monkeypatch):
+    """Two reads in flight both refused: the second finds the first already fell back. Its
+    read was refused for O_DIRECT all the same, so it reads again (a restore that failed here
+    did so under load, when the second reader's answer came after the first one's switch)."""
+    monkeypatch.setattr(directio, "READ_PIECE", 1 << 20)  # several readers for 4 MiB
+    real = os.preadv
+    both = threading.Barrier(2, timeout=30)
+    refused = []
+
+    def picky(fd, bufs, off):
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            n = len(refused)
+            refused.append(off)
+            if n < 2:
+                both.wait()  # two reads issued while O_DIRECT is on
+                if n == 1:  # ... and this one answers after the other switched to buffered
+                    deadline = time.monotonic() + 30
+                    while fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+                        assert time.monotonic() < deadline, "the first reader never fell back"
+                        time.sleep(0.001)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(fd, bufs, off)
+
+    monkeypatch.setattr(os, "preadv", picky)
+    data = np.random.default_rng(5).bytes(4 * (1 << 20) + 17)
+    path = os.path.join(disk_dir, "blob")
+    with open(path, "wb") as f:
+        f.write(data)
+    got, n, _ = _read(path, len(data))
+    assert (got, n) == (data, len(data)) and len(refused) >= 2
 
 
 def test_restore_of_big_blobs_goes_direct_and_refuses_a_changed_one(disk_dir, key, preads):
