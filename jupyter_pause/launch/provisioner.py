@@ -436,6 +436,9 @@ class ZygoteProvisioner(LocalProvisioner):
         env = kwargs.get("env")
         env = dict(os.environ if env is None else env)
         cwd = os.fspath(kwargs.get("cwd") or os.getcwd())
+        # a new process fails to start there, with the reason, at once (one stat: no thread)
+        if not os.path.isdir(cwd):  # noqa: ASYNC240
+            return f"no directory {cwd}"
         if (entry := relative_path_entry(env)) is not None:
             return f"PYTHONPATH entry {entry} is relative to the start directory"
         z = zygote_for(env, list(self.preload), self.log)

@@ -217,3 +217,18 @@ async def test_socket_directories_of_zygotes_gone_are_cleared(tmp_path: Path) ->
     finally:
         z.stop()
         live.stop()
+
+
+async def test_a_missing_working_directory_fails_the_start_as_a_new_process_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a fork that dies at once (jupyter_server would take it for a kernel that died and
+    restart it): the launch's own error, as without the zygote."""
+    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_client.provisioning.factory import KernelProvisionerFactory
+
+    # the process's one factory, whatever an earlier test's server made its default
+    monkeypatch.setattr(KernelProvisionerFactory.instance(), "default_provisioner_name", p.NAME)
+    km = AsyncKernelManager(kernel_name="python3")
+    with pytest.raises(FileNotFoundError):
+        await km.start_kernel(cwd=str(tmp_path / "gone"))
+    assert isinstance(km.provisioner, p.ZygoteProvisioner)
